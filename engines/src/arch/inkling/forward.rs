@@ -1,0 +1,170 @@
+//! Inkling's forward pass over one batch of consecutive positions (a prefill segment or one decode step).
+//!
+//! Rows are appended to the caches *after* scoring: with a ring, appending a batch longer than the window first
+//! would overwrite history that earlier queries of the same batch still read. The current batch is read from the
+//! scratch buffers, older positions from the caches, always in ascending position order.
+
+use rayon::prelude::*;
+
+use super::model::Model;
+use super::state::{LayerKv, SlotState};
+use crate::cache::RowMeta;
+use crate::dump::Writer;
+use crate::fault::Fault;
+use crate::kernels::{attend, matmul, rms_norm};
+use crate::tokenizer::AUDIO;
+
+/// One batch to feed.
+pub struct Batch<'a> {
+    pub ids: &'a [u32],
+    /// The audio payload of each row that is an audio frame.
+    pub audio: Vec<Option<&'a [u8]>>,
+    pub pos0: usize,
+    pub writer: Writer,
+}
+
+impl Model {
+    fn embed_rows(&self, b: &Batch) -> Vec<f32> {
+        let h = self.config.hidden;
+        let mut x = Vec::with_capacity(b.ids.len() * h);
+        for (i, &id) in b.ids.iter().enumerate() {
+            let start = x.len();
+            x.extend_from_slice(&self.embed[id as usize * h..(id as usize + 1) * h]);
+            if let (AUDIO, Some(Some(payload))) = (id, b.audio.get(i)) {
+                let fb = self.config.audio_frame_bytes;
+                let frame: Vec<f32> = payload.iter().map(|&v| v as f32 / 127.5 - 1.0).collect();
+                for (o, w) in x[start..].iter_mut().zip(self.audio_proj.chunks_exact(fb)) {
+                    *o += crate::kernels::dot(w, &frame);
+                }
+            }
+        }
+        x
+    }
+
+    /// Depthwise causal convolution of `raw` (rows at pos0..) with the window's older inputs.
+    fn short_conv(&self, raw: &[f32], weight: &[f32], window: &crate::cache::Rows, pos0: usize) -> Vec<f32> {
+        let kernel = self.config.conv_kernel;
+        if kernel == 0 {
+            return raw.to_vec();
+        }
+        let width = window.width;
+        let taps = kernel - 1;
+        let rows = raw.len() / width;
+        let mut out = vec![0.0; raw.len()];
+        for i in 0..rows {
+            let t = pos0 + i;
+            let o = &mut out[i * width..(i + 1) * width];
+            for j in 0..kernel {
+                // tap j reads position t - taps + j; negative positions are zero padding
+                let Some(p) = (t + j).checked_sub(taps) else { continue };
+                let src =
+                    if p >= pos0 { &raw[(p - pos0) * width..(p - pos0 + 1) * width] } else { window.row(p % taps) };
+                let w = &weight[j * width..(j + 1) * width];
+                for ((a, x), g) in o.iter_mut().zip(src).zip(w) {
+                    *a += x * g;
+                }
+            }
+        }
+        out
+    }
+
+    /// Feed `b` into `st`, writing every cache row with `b.writer`; returns the logits of the last row.
+    pub fn forward(&self, st: &mut SlotState, b: &Batch, fault: Option<Fault>) -> Vec<f32> {
+        let c = &self.config;
+        let (h, hd) = (c.hidden, c.head_dim);
+        let (qd, kvd) = (c.heads * hd, c.kv_heads * hd);
+        let group = c.heads / c.kv_heads;
+        let s = b.ids.len();
+        let pos0 = b.pos0;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let meta = RowMeta { pos: 0, writer: Some(b.writer) };
+        let mut x = self.embed_rows(b);
+
+        for (l, layer) in self.layers.iter().enumerate() {
+            let mut xn = x.clone();
+            rms_norm(&mut xn, &layer.attn_norm, c.norm_eps);
+            let mut q = vec![0.0; s * qd];
+            let mut kraw = vec![0.0; s * kvd];
+            let mut vraw = vec![0.0; s * kvd];
+            matmul(&xn, s, &layer.wq, qd, h, &mut q);
+            matmul(&xn, s, &layer.wk, kvd, h, &mut kraw);
+            matmul(&xn, s, &layer.wv, kvd, h, &mut vraw);
+            let mut k = self.short_conv(&kraw, &layer.conv_k, &st.conv[l].k, pos0);
+            let v = self.short_conv(&vraw, &layer.conv_v, &st.conv[l].v, pos0);
+            rms_norm(&mut q, &layer.q_norm, c.norm_eps);
+            rms_norm(&mut k, &layer.k_norm, c.norm_eps);
+            for i in 0..s {
+                self.rope.apply(&mut q[i * qd..(i + 1) * qd], pos0 + i);
+                self.rope.apply(&mut k[i * kvd..(i + 1) * kvd], pos0 + i);
+            }
+
+            let sliding = !layer.global;
+            let ring = matches!(st.kv[l], LayerKv::Ring { .. });
+            let append_first = ring && fault == Some(Fault::RingAppendFirst);
+            if append_first {
+                // the fault: the whole batch goes into the ring before anyone scores against it
+                for i in 0..s {
+                    let m = RowMeta { pos: (pos0 + i) as i64, ..meta };
+                    st.kv[l].put(pos0 + i, &k[i * kvd..(i + 1) * kvd], &v[i * kvd..(i + 1) * kvd], m);
+                }
+            }
+
+            let mut att = vec![0.0; s * qd];
+            {
+                let cache = &st.kv[l];
+                let (k, v) = (&k, &v);
+                att.par_chunks_mut(qd).enumerate().for_each(|(i, out)| {
+                    let t = pos0 + i;
+                    let lo = if sliding { (t + 1).saturating_sub(c.window) } else { 0 };
+                    let mut scores = Vec::with_capacity(t + 1 - lo);
+                    for head in 0..c.heads {
+                        let g = head / group;
+                        let row = move |p: usize| -> (&[f32], &[f32]) {
+                            let (kr, vr) = if p >= pos0 && !append_first {
+                                (&k[(p - pos0) * kvd..(p - pos0 + 1) * kvd], &v[(p - pos0) * kvd..(p - pos0 + 1) * kvd])
+                            } else {
+                                (cache.k(p), cache.v(p))
+                            };
+                            (&kr[g * hd..(g + 1) * hd], &vr[g * hd..(g + 1) * hd])
+                        };
+                        let qh = &q[i * qd + head * hd..i * qd + (head + 1) * hd];
+                        attend(qh, (lo..=t).map(row), scale, &mut scores, &mut out[head * hd..(head + 1) * hd]);
+                    }
+                });
+            }
+            let mut o = vec![0.0; s * h];
+            matmul(&att, s, &layer.wo, h, qd, &mut o);
+            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+
+            if !append_first {
+                // rows the same batch would overwrite in a ring are skipped: no later query reads them
+                let first = if ring { s.saturating_sub(c.window) } else { 0 };
+                for i in first..s {
+                    let m = RowMeta { pos: (pos0 + i) as i64, ..meta };
+                    st.kv[l].put(pos0 + i, &k[i * kvd..(i + 1) * kvd], &v[i * kvd..(i + 1) * kvd], m);
+                }
+            }
+            let window = &mut st.conv[l];
+            let taps = window.taps();
+            if taps > 0 {
+                for i in s.saturating_sub(taps)..s {
+                    let p = pos0 + i;
+                    let m = RowMeta { pos: p as i64, ..meta };
+                    window.k.write(p % taps, &kraw[i * kvd..(i + 1) * kvd], m);
+                    window.v.write(p % taps, &vraw[i * kvd..(i + 1) * kvd], m);
+                }
+            }
+
+            let mut xn = x.clone();
+            rms_norm(&mut xn, &layer.ffn_norm, c.norm_eps);
+            let f = layer.moe.forward(crate::kernels::Reduction::Invariant, &xn, s);
+            x.iter_mut().zip(&f).for_each(|(a, b)| *a += b);
+        }
+
+        let mut last = x[(s - 1) * h..].to_vec();
+        rms_norm(&mut last, &self.final_norm, c.norm_eps);
+        let mut logits = vec![0.0; c.vocab];
+        matmul(&last, 1, &self.lm_head, c.vocab, h, &mut logits);
+        logits
+    }
+}

@@ -1,0 +1,308 @@
+//! Inkling (modelled on inkling.c): sliding-window GQA layers as rings, global layers full (about 5:1), short-conv
+//! states, MoE FFN, and audio frames that taint the prefix record.
+//!
+//! Reuse is strict-prefix via the record: a prompt that extends every id the state was built from prefills only
+//! its tail; anything else starts over. Growing capacity keeps ring layers wholesale, copies global layers
+//! linearly, and keeps the record.
+
+mod forward;
+mod model;
+mod state;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+pub use model::{tensor_specs, Model};
+use state::SlotState;
+
+use crate::bundled::ArchInfo;
+use crate::dump::{DumpMeta, RecordDump, StateDump, Writer, WriterKind};
+use crate::engine::{Engine, EngineInfo, Flow, Observer, Reply, Request, StopReason, Timings, TokenEvent};
+use crate::error::{EngineError, Result};
+use crate::fault::Fault;
+use crate::prefix::{Decision, NoReuse};
+use crate::tokenizer::{AUDIO, EOS};
+use forward::Batch;
+
+pub const INFO: ArchInfo = ArchInfo {
+    name: "inkling",
+    modelled_on: "inkling.c",
+    state: "sliding-window GQA rings + full global layers (~5:1), short-conv windows",
+    reuse_rule: "strict prefix via the record; audio taints; capacity growth keeps rings and the record",
+    faults: &[
+        Fault::CounterReuse,
+        Fault::BulkRecord,
+        Fault::MemcmpShort,
+        Fault::ReuseEqual,
+        Fault::OverrunTruncate,
+        Fault::NoTaint,
+        Fault::RingLinearCopy,
+        Fault::DropGrowRecord,
+        Fault::RingAppendFirst,
+    ],
+};
+
+/// An Inkling engine: shared weights plus its slots' states.
+pub struct Inkling {
+    model: Arc<Model>,
+    fault: Option<Fault>,
+    slots: Vec<SlotState>,
+}
+
+impl Inkling {
+    pub fn new(model: Arc<Model>, fault: Option<Fault>) -> Self {
+        let slots = (0..model.config.slots).map(|_| SlotState::new(&model.config, fault)).collect();
+        Inkling { model, fault, slots }
+    }
+
+    fn has(&self, f: Fault) -> bool {
+        self.fault == Some(f)
+    }
+
+    /// Check the request's shape; returns the audio payload for each prompt position.
+    fn audio_rows<'a>(&self, req: &'a Request) -> Result<Vec<Option<&'a [u8]>>> {
+        let c = &self.model.config;
+        if let Some(&bad) = req.prompt.iter().find(|&&id| id as usize >= c.vocab) {
+            return Err(EngineError::BadRequest(format!("token id {bad} outside the vocabulary ({})", c.vocab)));
+        }
+        let audio_ids = req.prompt.iter().filter(|&&id| id == AUDIO).count();
+        if audio_ids != req.audio.len() {
+            return Err(EngineError::BadRequest(format!(
+                "prompt has {audio_ids} audio ids but {} audio frames",
+                req.audio.len()
+            )));
+        }
+        if let Some((i, f)) = req.audio.iter().enumerate().find(|(_, f)| f.len() != c.audio_frame_bytes) {
+            return Err(EngineError::BadRequest(format!(
+                "audio frame {i} has {} bytes, expected {}",
+                f.len(),
+                c.audio_frame_bytes
+            )));
+        }
+        let mut frames = req.audio.iter();
+        Ok(req.prompt.iter().map(|&id| if id == AUDIO { frames.next().map(|f| f.as_slice()) } else { None }).collect())
+    }
+
+    /// Grow the slot so `needed` positions fit (doubling, bounded by max_ctx).
+    fn ensure_capacity(&mut self, slot: usize, needed: usize) {
+        let c = &self.model.config;
+        let st = &mut self.slots[slot];
+        if needed <= st.capacity {
+            return;
+        }
+        let next = needed.max(st.capacity * 2).min(c.max_ctx);
+        st.grow(next, self.fault);
+    }
+
+    /// How many prompt positions the state stands in for.
+    fn decide(&self, slot: usize, req: &Request) -> Decision {
+        let st = &self.slots[slot];
+        let carries_audio = !req.audio.is_empty();
+        if self.has(Fault::CounterReuse) {
+            // the bug: the reusable length derived from the previous request's counts, ids never compared
+            if st.len == 0 || st.record.is_tainted() {
+                return Decision::Fresh(NoReuse::Empty);
+            }
+            let n = (st.last_prompt + st.last_generated).saturating_sub(1).min(req.prompt.len() - 1);
+            return if n > 0 { Decision::Reuse(n) } else { Decision::Fresh(NoReuse::Empty) };
+        }
+        if carries_audio && !self.has(Fault::NoTaint) {
+            // a request that brings its own audio is never reused: its ids cannot describe its payload
+            return Decision::Fresh(NoReuse::Tainted);
+        }
+        st.record.decide(&req.prompt)
+    }
+}
+
+impl Engine for Inkling {
+    fn info(&self) -> EngineInfo {
+        let c = &self.model.config;
+        EngineInfo {
+            arch: c.arch.clone(),
+            preset: c.preset.clone(),
+            slots: c.slots,
+            max_ctx: c.max_ctx,
+            vocab: c.vocab,
+            audio: c.audio_frame_bytes > 0,
+            audio_frame_bytes: c.audio_frame_bytes,
+            window: (c.window > 0).then_some(c.window),
+            prompt_rows: None,
+            initial_capacity: c.initial_capacity,
+            fault: self.fault.map(|f| f.name().to_string()),
+            model_hash: self.model.hash.clone(),
+        }
+    }
+
+    fn generate(&mut self, req: &Request, observer: &mut dyn Observer) -> Result<Reply> {
+        let slots = self.slots.len();
+        if req.slot >= slots {
+            return Err(EngineError::NoSuchSlot { slot: req.slot, slots });
+        }
+        if req.prompt.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        let audio = self.audio_rows(req)?;
+        let model = Arc::clone(&self.model);
+        let c = &model.config;
+        let t0 = Instant::now();
+
+        let needed = (req.prompt.len() + req.max_tokens).min(c.max_ctx);
+        self.ensure_capacity(req.slot, needed.max(req.prompt.len().min(c.max_ctx)));
+        let decision = self.decide(req.slot, req);
+        let prefix_log = self.slots[req.slot].record.log_line(req.prompt.len(), decision);
+        let fault = self.fault;
+        let st = &mut self.slots[req.slot];
+        let mut reused = decision.reused();
+        if reused == 0 {
+            st.reset();
+        } else {
+            st.len = reused;
+        }
+        st.last_prompt = req.prompt.len();
+        st.last_generated = 0;
+
+        // prefill the tail in segments, recording each as it completes
+        let mut logits = st.last_logits.clone();
+        let mut pos = reused;
+        let mut chunk = 0u32;
+        while pos < req.prompt.len() {
+            let end = (pos + c.prefill_chunk).min(req.prompt.len());
+            let ids = &req.prompt[pos..end];
+            if end > st.capacity {
+                // the state cannot hold this segment: the record refuses the write (and drops itself)
+                st.record.record(pos, ids);
+                return Err(EngineError::ContextExceeded { used: req.prompt.len(), limit: c.max_ctx });
+            }
+            let writer = Writer { request: req.id, kind: WriterKind::Prefill { chunk, chunk_rows: ids.len() as u32 } };
+            let batch = Batch { ids, audio: audio[pos..end].to_vec(), pos0: pos, writer };
+            logits = model.forward(st, &batch, fault);
+            st.len = end;
+            st.record.record(pos, ids);
+            pos = end;
+            chunk += 1;
+            match observer.on_progress() {
+                Flow::Continue => {}
+                Flow::Stop => break,
+                Flow::Cancel => {
+                    st.record.taint();
+                    return Err(EngineError::Cancelled);
+                }
+            }
+        }
+        if !audio.iter().all(Option::is_none) && fault != Some(Fault::NoTaint) {
+            st.record.taint();
+        }
+        if pos < req.prompt.len() {
+            // stopped mid-prefill: nothing to sample from
+            st.last_logits = logits;
+            let prefill = t0.elapsed();
+            return Ok(Reply {
+                tokens: vec![],
+                gaps: vec![],
+                reused,
+                prompt_tokens: req.prompt.len(),
+                timings: Timings { prefill, decode: Default::default() },
+                stop: StopReason::Stopped,
+                prefix_log,
+            });
+        }
+        let prefill = t0.elapsed();
+        let t1 = Instant::now();
+
+        let mut tokens = Vec::new();
+        let mut gaps = Vec::new();
+        let mut stop = StopReason::Length;
+        let mut step = 0usize;
+        while step < req.max_tokens {
+            let pick = crate::sampler::sample(&allowed(&logits), &req.sampling, step, req.logprobs);
+            tokens.push(pick.id);
+            gaps.push(pick.gap);
+            let flow = observer.on_token(&TokenEvent { id: pick.id, gap: pick.gap, top: pick.top });
+            if flow == Flow::Cancel {
+                st.record.taint();
+                return Err(EngineError::Cancelled);
+            }
+            if pick.id == EOS {
+                stop = StopReason::Eos;
+                break;
+            }
+            if flow == Flow::Stop {
+                stop = StopReason::Stopped;
+                break;
+            }
+            if step + 1 == req.max_tokens || st.len >= st.capacity {
+                break; // the last emitted token is never fed
+            }
+            let writer = Writer { request: req.id, kind: WriterKind::Decode { step: step as u32 } };
+            let batch = Batch { ids: std::slice::from_ref(&pick.id), audio: vec![None], pos0: st.len, writer };
+            logits = model.forward(st, &batch, fault);
+            if fault != Some(Fault::BulkRecord) {
+                st.record.record(st.len, &[pick.id]);
+            }
+            st.len += 1;
+            step += 1;
+        }
+        if fault == Some(Fault::BulkRecord) {
+            // the bug: the whole reply recorded after decode, claiming the never-fed last token
+            st.record.record(req.prompt.len(), &tokens);
+        }
+        st.last_logits = logits;
+        st.last_generated = tokens.len();
+        if reused > st.len {
+            reused = st.len;
+        }
+        Ok(Reply {
+            tokens,
+            gaps,
+            reused,
+            prompt_tokens: req.prompt.len(),
+            timings: Timings { prefill, decode: t1.elapsed() },
+            stop,
+            prefix_log,
+        })
+    }
+
+    fn dump(&self, slot: usize) -> Result<StateDump> {
+        let st = self.slots.get(slot).ok_or(EngineError::NoSuchSlot { slot, slots: self.slots.len() })?;
+        let info = self.info();
+        Ok(StateDump {
+            meta: DumpMeta {
+                arch: info.arch,
+                preset: info.preset,
+                model_hash: info.model_hash,
+                fault: info.fault,
+                slot,
+                len: st.len,
+                capacity: st.capacity,
+            },
+            record: RecordDump {
+                ids: st.record.ids().to_vec(),
+                tainted: st.record.is_tainted(),
+                capacity: st.record.capacity(),
+            },
+            tensors: st.dump_tensors(),
+        })
+    }
+
+    fn reset(&mut self) {
+        let c = &self.model.config;
+        self.slots = (0..c.slots).map(|_| SlotState::new(c, self.fault)).collect();
+    }
+
+    fn fresh(&self) -> Box<dyn Engine> {
+        Box::new(Inkling::new(Arc::clone(&self.model), self.fault))
+    }
+
+    fn state_bytes(&self) -> usize {
+        self.slots.iter().map(SlotState::bytes).sum()
+    }
+
+    fn fault(&self) -> Option<Fault> {
+        self.fault
+    }
+}
+
+/// Only byte ids and eos may be generated: role markers, audio and padding are input-only.
+fn allowed(logits: &[f32]) -> Vec<f32> {
+    logits.iter().enumerate().map(|(i, &l)| if i < 256 || i == EOS as usize { l } else { f32::NEG_INFINITY }).collect()
+}

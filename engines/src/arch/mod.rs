@@ -1,0 +1,3 @@
+//! The bundled engines, one folder each.
+
+pub mod inkling;

@@ -1,0 +1,9 @@
+//! KV caches, one type per layer kind. Every row carries the absolute position it holds and its writer.
+
+mod full;
+mod ring;
+mod rows;
+
+pub use full::FullCache;
+pub use ring::RingCache;
+pub use rows::{RowMeta, Rows};

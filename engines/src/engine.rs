@@ -1,0 +1,159 @@
+//! The engine API every bundled engine implements and every driver speaks to.
+//!
+//! The model is shared (`Arc`), the state is explicit: a cold instance is a fresh state over the same weights.
+
+use std::time::Duration;
+
+use crate::dump::StateDump;
+use crate::error::EngineError;
+use crate::fault::Fault;
+
+/// Sampling parameters. `temperature == 0` is greedy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sampling {
+    pub temperature: f32,
+    pub top_p: f32,
+    /// 0 means no top-k limit.
+    pub top_k: usize,
+    pub seed: u64,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Sampling { temperature: 0.0, top_p: 1.0, top_k: 0, seed: 0 }
+    }
+}
+
+/// One generation request on one slot.
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    /// Request id; becomes the writer of every row this request writes.
+    pub id: u64,
+    pub slot: usize,
+    /// Prompt token ids (already rendered through the chat template).
+    pub prompt: Vec<u32>,
+    /// Extension payloads: one per audio-frame id in the prompt, in order.
+    pub audio: Vec<Vec<u8>>,
+    pub max_tokens: usize,
+    pub sampling: Sampling,
+    /// How many top logits to report per token (0 = none).
+    pub logprobs: usize,
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    Eos,
+    Length,
+    Stopped,
+}
+
+/// One emitted token as it is produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenEvent {
+    pub id: u32,
+    /// Top-1 minus top-2 logit at the step that produced this token.
+    pub gap: f32,
+    /// The top-K (id, logit) pairs when `logprobs > 0` was asked.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// What a streaming consumer tells the engine after each token or prefill segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    /// End generation normally (the reply so far is returned, stop reason `Stopped`).
+    Stop,
+    /// Abort: the request fails with `EngineError::Cancelled` and the slot's record is tainted.
+    Cancel,
+}
+
+/// Receives tokens as they are emitted and is polled between prefill segments.
+pub trait Observer {
+    fn on_token(&mut self, _event: &TokenEvent) -> Flow {
+        Flow::Continue
+    }
+    /// Polled after each prefill segment; `Cancel` aborts mid-prefill.
+    fn on_progress(&mut self) -> Flow {
+        Flow::Continue
+    }
+}
+
+/// An observer that never interrupts.
+pub struct NoObserver;
+impl Observer for NoObserver {}
+
+/// Wall time of one request.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Timings {
+    pub prefill: Duration,
+    pub decode: Duration,
+}
+
+/// The result of one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    pub tokens: Vec<u32>,
+    /// Top-2 logit gap of each emitted token.
+    pub gaps: Vec<f32>,
+    /// Positions taken from the slot's existing state instead of being prefilled.
+    pub reused: usize,
+    pub prompt_tokens: usize,
+    pub timings: Timings,
+    pub stop: StopReason,
+    /// The `[PREFIX]` line describing this request's reuse decision (printed with `KVPROOF_PREFIX_LOG=1`).
+    pub prefix_log: String,
+}
+
+impl Reply {
+    /// Tokens this request actually prefilled.
+    pub fn prefilled(&self) -> usize {
+        self.prompt_tokens - self.reused
+    }
+}
+
+/// Static description of an engine instance.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EngineInfo {
+    pub arch: String,
+    pub preset: Option<String>,
+    pub slots: usize,
+    pub max_ctx: usize,
+    pub vocab: usize,
+    /// Whether the engine accepts audio frames (extension payloads).
+    pub audio: bool,
+    /// Bytes of one audio frame's payload (0 when `audio` is false).
+    pub audio_frame_bytes: usize,
+    /// Sliding window, if the engine has ring layers.
+    pub window: Option<usize>,
+    /// Fixed prefill chunk grid, if the engine quantizes reuse to it.
+    pub prompt_rows: Option<usize>,
+    /// Capacity allocated for a fresh slot; growing past it exercises `grow`.
+    pub initial_capacity: usize,
+    pub fault: Option<String>,
+    /// Short hash of config + weights; equal hashes mean equal models.
+    pub model_hash: String,
+}
+
+/// An engine: shared weights plus the mutable state of its slots.
+pub trait Engine: Send {
+    fn info(&self) -> EngineInfo;
+
+    /// Run one request, streaming tokens to `observer`.
+    fn generate(&mut self, req: &Request, observer: &mut dyn Observer) -> Result<Reply, EngineError>;
+
+    /// The slot's current state, row by row with writers.
+    fn dump(&self, slot: usize) -> Result<StateDump, EngineError>;
+
+    /// Forget every slot's state and record.
+    fn reset(&mut self);
+
+    /// A cold instance: fresh state over the same weights and fault.
+    fn fresh(&self) -> Box<dyn Engine>;
+
+    /// Bytes the engine's state currently holds (all slots).
+    fn state_bytes(&self) -> usize;
+
+    fn fault(&self) -> Option<Fault>;
+}

@@ -1,0 +1,24 @@
+//! Batch-invariant kernels: every output element is reduced in one fixed order (a fixed 8-lane split, then a
+//! fixed horizontal sum), so a row's result never depends on how many other rows share the batch, nor on
+//! prefill vs decode. Parallelism goes over output rows/tiles, never inside a reduction.
+
+mod activation;
+mod attention;
+mod matmul;
+mod norm;
+mod rope;
+
+pub use activation::{silu, softmax_in_place};
+pub use attention::attend;
+pub use matmul::{dot, matmul, matmul_with};
+pub use norm::rms_norm;
+pub use rope::Rope;
+
+/// How a kernel splits a reduction. `Invariant` is the default; `Tiled(n)` splits each reduction into `n`
+/// partial sums added in a different order, as GPU kernels pick tiling from the problem shape (glm53 uses it to
+/// be deliberately not batch-invariant).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reduction {
+    Invariant,
+    Tiled(usize),
+}

@@ -1,0 +1,32 @@
+//! kvproof-engines: the engines kvproof bundles, their shared core, and the stdio serve protocol.
+//!
+//! Layout: the shared core (`config`, `weights`, `fixture`, `tokenizer`, `chat`, `kernels`, `sampler`, `prefix`,
+//! `cache`, `moe`, `dump`, `engine`, `fault`), one folder per engine under `arch/`, the serve protocol under
+//! `serve/`, and `bundled` to open any of them by name.
+
+pub mod arch;
+pub mod bench;
+pub mod bundled;
+pub mod cache;
+pub mod chat;
+pub mod config;
+pub mod dump;
+pub mod engine;
+pub mod error;
+pub mod fault;
+pub mod fixture;
+pub mod kernels;
+pub mod moe;
+pub mod prefix;
+pub mod rng;
+pub mod sampler;
+pub mod serve;
+pub mod tokenizer;
+pub mod weights;
+
+pub use engine::{Engine, EngineInfo, Flow, NoObserver, Observer, Reply, Request, Sampling, StopReason, TokenEvent};
+pub use error::EngineError;
+pub use fault::Fault;
+
+/// The kvproof version every artifact carries.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

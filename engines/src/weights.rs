@@ -1,0 +1,96 @@
+//! `model.safetensors`, read through a memory map (or held in memory for on-the-fly fixtures).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use safetensors::tensor::{Dtype, Metadata};
+use safetensors::SafeTensors;
+
+use crate::error::{EngineError, Result};
+
+enum Bytes {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Bytes {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
+/// A safetensors file's tensors, by name.
+pub struct Weights {
+    path: PathBuf,
+    bytes: Bytes,
+    header_len: usize,
+    metadata: Metadata,
+}
+
+impl std::fmt::Debug for Weights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Weights").field("path", &self.path).finish()
+    }
+}
+
+impl Weights {
+    /// Map a file read-only.
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = std::fs::File::open(path).map_err(|source| EngineError::Io { path: path.into(), source })?;
+        // Safety: the map is read-only and private to this process. kvproof never writes a model file while an
+        // engine has it open; a file truncated underneath us by another process is outside what we defend.
+        #[allow(unsafe_code)]
+        let map =
+            unsafe { memmap2::Mmap::map(&file) }.map_err(|source| EngineError::Io { path: path.into(), source })?;
+        Self::parse(path.into(), Bytes::Mapped(map))
+    }
+
+    /// Weights held in memory; `origin` names them in errors.
+    pub fn from_bytes(origin: &str, bytes: Vec<u8>) -> Result<Self> {
+        Self::parse(origin.into(), Bytes::Owned(bytes))
+    }
+
+    fn parse(path: PathBuf, bytes: Bytes) -> Result<Self> {
+        let (header_len, metadata) = SafeTensors::read_metadata(bytes.as_slice()).map_err(|e| {
+            EngineError::Weights { path: path.clone(), message: format!("not a safetensors file: {e}") }
+        })?;
+        Ok(Weights { path, bytes, header_len, metadata })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file's bytes (for hashing).
+    pub fn raw(&self) -> &[u8] {
+        self.bytes.as_slice()
+    }
+
+    /// Free-form metadata stored in the header.
+    pub fn metadata(&self) -> BTreeMap<String, String> {
+        self.metadata.metadata().clone().map(|m| m.into_iter().collect()).unwrap_or_default()
+    }
+
+    /// Tensor `name` as f32, checked against `shape`.
+    pub fn tensor(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        let err = |message: String| EngineError::Tensor { path: self.path.clone(), tensor: name.into(), message };
+        let info = self.metadata.info(name).ok_or_else(|| err("missing".into()))?;
+        if info.dtype != Dtype::F32 {
+            return Err(err(format!("dtype {:?}, expected F32", info.dtype)));
+        }
+        if info.shape != shape {
+            return Err(err(format!("shape {:?}, expected {:?}", info.shape, shape)));
+        }
+        let (start, end) = info.data_offsets;
+        let base = 8 + self.header_len;
+        let data =
+            self.bytes.as_slice().get(base + start..base + end).ok_or_else(|| err("data out of file bounds".into()))?;
+        if data.len() != shape.iter().product::<usize>() * 4 {
+            return Err(err(format!("{} bytes for shape {:?}", data.len(), shape)));
+        }
+        Ok(data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+    }
+}
