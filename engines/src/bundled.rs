@@ -1,12 +1,12 @@
 //! The registry of bundled engines: which arches exist, their presets and faults, and how to open one.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use crate::config::{ModelConfig, Preset};
 use crate::engine::Engine;
 use crate::error::{EngineError, Result};
 use crate::fault::Fault;
+use crate::fixture::TensorSpec;
 use crate::weights::Weights;
 
 /// One bundled engine family.
@@ -19,12 +19,46 @@ pub struct ArchInfo {
     pub faults: &'static [Fault],
 }
 
-pub const ARCHES: &[ArchInfo] = &[crate::arch::inkling::INFO];
+/// What every arch module provides (`arch/<name>/mod.rs`): its description, the tensors its checkpoint holds,
+/// how its presets differ from the shared base, and how to open it.
+pub struct Entry {
+    pub info: ArchInfo,
+    pub tensor_specs: fn(&ModelConfig) -> Vec<TensorSpec>,
+    /// Adjust the shared base preset for this arch (window, latent widths, ...).
+    pub preset: fn(&mut ModelConfig, Preset),
+    pub open: fn(ModelConfig, &Weights, Option<Fault>) -> Result<Box<dyn Engine>>,
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry").field("info", &self.info).finish()
+    }
+}
+
+/// Every bundled engine, in the order `kvproof list` shows them.
+pub const ENTRIES: &[Entry] = &[
+    crate::arch::inkling::ENTRY,
+    crate::arch::deepseek::ENTRY,
+    crate::arch::kimi::ENTRY,
+    crate::arch::glm53::ENTRY,
+    crate::arch::glm::ENTRY,
+];
+
+/// The descriptions of every bundled engine.
+pub fn arches() -> impl Iterator<Item = &'static ArchInfo> {
+    ENTRIES.iter().map(|e| &e.info)
+}
+
+fn known() -> String {
+    arches().map(|a| a.name).collect::<Vec<_>>().join(", ")
+}
+
+pub fn entry(name: &str) -> Result<&'static Entry> {
+    ENTRIES.iter().find(|e| e.info.name == name).ok_or_else(|| EngineError::UnknownArch(name.to_string(), known()))
+}
 
 pub fn arch(name: &str) -> Result<&'static ArchInfo> {
-    ARCHES.iter().find(|a| a.name == name).ok_or_else(|| {
-        EngineError::UnknownArch(name.to_string(), ARCHES.iter().map(|a| a.name).collect::<Vec<_>>().join(", "))
-    })
+    entry(name).map(|e| &e.info)
 }
 
 /// Check that `fault` applies to `arch`.
@@ -57,11 +91,5 @@ pub fn open_preset(arch_name: &str, preset: Preset, seed: u64, fault: Option<Fau
 /// Open an engine of `config.arch`.
 pub fn open(config: ModelConfig, weights: Weights, fault: Option<Fault>) -> Result<Box<dyn Engine>> {
     check_fault(&config.arch, fault)?;
-    match config.arch.as_str() {
-        "inkling" => Ok(Box::new(crate::arch::inkling::Inkling::new(
-            Arc::new(crate::arch::inkling::Model::load(config, &weights)?),
-            fault,
-        ))),
-        other => Err(EngineError::UnknownArch(other.to_string(), "inkling".into())),
-    }
+    (entry(&config.arch)?.open)(config, &weights, fault)
 }

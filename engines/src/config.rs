@@ -97,6 +97,29 @@ pub struct ModelConfig {
     /// Bytes of one audio frame's payload (0: no audio).
     #[serde(default)]
     pub audio_frame_bytes: usize,
+    /// MLA (glm, kimi): width of the cached latent row and of the cached rope row per position.
+    #[serde(default)]
+    pub kv_lora: usize,
+    #[serde(default)]
+    pub qk_rope: usize,
+    /// kimi: every `mla_every`-th layer (1-based) and the last are gated MLA; the rest are KDA.
+    #[serde(default)]
+    pub mla_every: usize,
+    /// deepseek: positions per compressed row.
+    #[serde(default)]
+    pub compress_ratio: usize,
+    /// glm53: the position-fixed prefill chunk grid.
+    #[serde(default)]
+    pub prompt_rows: usize,
+    /// glm53: layers of the speculative drafter.
+    #[serde(default)]
+    pub draft_layers: usize,
+    /// glm: cross-slot prefix sharing (off by default).
+    #[serde(default)]
+    pub kv_share: bool,
+    /// glm53: the prefix cache switch; off reproduces the cold path bit for bit.
+    #[serde(default = "yes")]
+    pub prefix_cache: bool,
     #[serde(default = "default_theta")]
     pub rope_theta: f32,
     #[serde(default = "default_eps")]
@@ -180,6 +203,14 @@ impl ModelConfig {
                 audio_frame_bytes: 8,
                 rope_theta: 10000.0,
                 norm_eps: 1e-5,
+                kv_lora: 0,
+                qk_rope: 0,
+                mla_every: 0,
+                compress_ratio: 0,
+                prompt_rows: 0,
+                draft_layers: 0,
+                kv_share: false,
+                prefix_cache: true,
             },
             Preset::Small => ModelConfig {
                 arch: arch.into(),
@@ -205,6 +236,14 @@ impl ModelConfig {
                 audio_frame_bytes: 16,
                 rope_theta: 10000.0,
                 norm_eps: 1e-5,
+                kv_lora: 0,
+                qk_rope: 0,
+                mla_every: 0,
+                compress_ratio: 0,
+                prompt_rows: 0,
+                draft_layers: 0,
+                kv_share: false,
+                prefix_cache: true,
             },
             Preset::Bench => ModelConfig {
                 arch: arch.into(),
@@ -230,11 +269,17 @@ impl ModelConfig {
                 audio_frame_bytes: 16,
                 rope_theta: 10000.0,
                 norm_eps: 1e-5,
+                kv_lora: 0,
+                qk_rope: 0,
+                mla_every: 0,
+                compress_ratio: 0,
+                prompt_rows: 0,
+                draft_layers: 0,
+                kv_share: false,
+                prefix_cache: true,
             },
         };
-        if arch != "inkling" {
-            c.audio_frame_bytes = 0;
-        }
+        (crate::bundled::entry(arch)?.preset)(&mut c, preset);
         Ok(c)
     }
 

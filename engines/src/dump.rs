@@ -111,3 +111,5 @@ pub struct StateDump {
     pub record: RecordDump,
     pub tensors: Vec<DumpTensor>,
 }
+
+pub use crate::dump_file::{read_file, write_file};

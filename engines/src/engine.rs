@@ -38,6 +38,8 @@ pub struct Request {
     pub sampling: Sampling,
     /// How many top logits to report per token (0 = none).
     pub logprobs: usize,
+    /// Never stop at eos (benchmarks and growth curves want replies of a fixed length).
+    pub ignore_eos: bool,
 }
 
 /// Why generation ended.

@@ -41,10 +41,7 @@ impl TensorSpec {
 
 /// The tensors `config.arch` expects.
 pub fn specs(config: &ModelConfig) -> Result<Vec<TensorSpec>> {
-    match config.arch.as_str() {
-        "inkling" => Ok(crate::arch::inkling::tensor_specs(config)),
-        other => Err(EngineError::UnknownArch(other.into(), "inkling".into())),
-    }
+    Ok((crate::bundled::entry(&config.arch)?.tensor_specs)(config))
 }
 
 fn fill(spec: &TensorSpec, seed: u64) -> Vec<u8> {

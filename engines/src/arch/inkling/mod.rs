@@ -15,14 +15,27 @@ use std::time::Instant;
 pub use model::{tensor_specs, Model};
 use state::SlotState;
 
-use crate::bundled::ArchInfo;
+use crate::bundled::{ArchInfo, Entry};
 use crate::dump::{DumpMeta, RecordDump, StateDump, Writer, WriterKind};
-use crate::engine::{Engine, EngineInfo, Flow, Observer, Reply, Request, StopReason, Timings, TokenEvent};
+use crate::engine::{Engine, EngineInfo, Flow, Observer, Reply, Request, StopReason, Timings};
 use crate::error::{EngineError, Result};
 use crate::fault::Fault;
 use crate::prefix::{Decision, NoReuse};
-use crate::tokenizer::{AUDIO, EOS};
+use crate::tokenizer::AUDIO;
 use forward::Batch;
+
+pub const ENTRY: Entry = Entry { info: INFO, tensor_specs, preset, open };
+
+/// Inkling is the base preset as it is: audio on, window and global layers from the base.
+fn preset(_: &mut crate::config::ModelConfig, _: crate::config::Preset) {}
+
+fn open(
+    config: crate::config::ModelConfig,
+    weights: &crate::weights::Weights,
+    fault: Option<Fault>,
+) -> Result<Box<dyn Engine>> {
+    Ok(Box::new(Inkling::new(Arc::new(Model::load(config, weights)?), fault)))
+}
 
 pub const INFO: ArchInfo = ArchInfo {
     name: "inkling",
@@ -209,39 +222,26 @@ impl Engine for Inkling {
         let prefill = t0.elapsed();
         let t1 = Instant::now();
 
-        let mut tokens = Vec::new();
-        let mut gaps = Vec::new();
-        let mut stop = StopReason::Length;
-        let mut step = 0usize;
-        while step < req.max_tokens {
-            let pick = crate::sampler::sample(&allowed(&logits), &req.sampling, step, req.logprobs);
-            tokens.push(pick.id);
-            gaps.push(pick.gap);
-            let flow = observer.on_token(&TokenEvent { id: pick.id, gap: pick.gap, top: pick.top });
-            if flow == Flow::Cancel {
-                st.record.taint();
-                return Err(EngineError::Cancelled);
-            }
-            if pick.id == EOS {
-                stop = StopReason::Eos;
-                break;
-            }
-            if flow == Flow::Stop {
-                stop = StopReason::Stopped;
-                break;
-            }
-            if step + 1 == req.max_tokens || st.len >= st.capacity {
-                break; // the last emitted token is never fed
-            }
+        let capacity = st.capacity;
+        let decoded = crate::decode::decode(logits, req, st.len, capacity, observer, |id, pos, step| {
             let writer = Writer { request: req.id, kind: WriterKind::Decode { step: step as u32 } };
-            let batch = Batch { ids: std::slice::from_ref(&pick.id), audio: vec![None], pos0: st.len, writer };
-            logits = model.forward(st, &batch, fault);
+            let batch = Batch { ids: std::slice::from_ref(&id), audio: vec![None], pos0: pos, writer };
+            let next = model.forward(st, &batch, fault);
             if fault != Some(Fault::BulkRecord) {
-                st.record.record(st.len, &[pick.id]);
+                st.record.record(pos, &[id]);
             }
-            st.len += 1;
-            step += 1;
-        }
+            st.len = pos + 1;
+            next
+        });
+        let decoded = match decoded {
+            Ok(d) => d,
+            Err(e) => {
+                st.record.taint();
+                return Err(e);
+            }
+        };
+        let (tokens, gaps, stop) = (decoded.tokens, decoded.gaps, decoded.stop.unwrap_or(StopReason::Length));
+        let logits = decoded.last_logits;
         if fault == Some(Fault::BulkRecord) {
             // the bug: the whole reply recorded after decode, claiming the never-fed last token
             st.record.record(req.prompt.len(), &tokens);
@@ -300,9 +300,4 @@ impl Engine for Inkling {
     fn fault(&self) -> Option<Fault> {
         self.fault
     }
-}
-
-/// Only byte ids and eos may be generated: role markers, audio and padding are input-only.
-fn allowed(logits: &[f32]) -> Vec<f32> {
-    logits.iter().enumerate().map(|(i, &l)| if i < 256 || i == EOS as usize { l } else { f32::NEG_INFINITY }).collect()
 }

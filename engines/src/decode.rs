@@ -1,0 +1,64 @@
+//! The decode loop every engine shares: sample, emit, and feed each token back — except the last one emitted,
+//! which is never fed (so it is never recorded either).
+
+use crate::engine::{Flow, Observer, Request, StopReason, TokenEvent};
+use crate::error::{EngineError, Result};
+use crate::tokenizer::EOS;
+
+/// The emitted tokens and why decoding ended.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Decoded {
+    pub tokens: Vec<u32>,
+    pub gaps: Vec<f32>,
+    pub stop: Option<StopReason>,
+    /// Logits after the last fed position.
+    pub last_logits: Vec<f32>,
+}
+
+/// Only byte ids and eos may be generated: role markers, audio and padding are input-only ids.
+pub fn mask_input_only(logits: &[f32]) -> Vec<f32> {
+    logits.iter().enumerate().map(|(i, &l)| if i < 256 || i == EOS as usize { l } else { f32::NEG_INFINITY }).collect()
+}
+
+/// Decode from `logits` (those after the prompt's last position), feeding tokens at `pos0, pos0 + 1, ...`
+/// while `pos < limit`. `feed(id, pos, step)` feeds one token into the state (and records it where the engine
+/// records) and returns the next logits. On `Flow::Cancel` returns `EngineError::Cancelled`; the caller taints.
+pub fn decode(
+    logits: Vec<f32>,
+    req: &Request,
+    pos0: usize,
+    limit: usize,
+    observer: &mut dyn Observer,
+    mut feed: impl FnMut(u32, usize, usize) -> Vec<f32>,
+) -> Result<Decoded> {
+    let mut out = Decoded { last_logits: logits, ..Default::default() };
+    let mut pos = pos0;
+    for step in 0..req.max_tokens {
+        let mut allowed = mask_input_only(&out.last_logits);
+        if req.ignore_eos {
+            allowed[EOS as usize] = f32::NEG_INFINITY;
+        }
+        let pick = crate::sampler::sample(&allowed, &req.sampling, step, req.logprobs);
+        out.tokens.push(pick.id);
+        out.gaps.push(pick.gap);
+        let flow = observer.on_token(&TokenEvent { id: pick.id, gap: pick.gap, top: pick.top });
+        if flow == Flow::Cancel {
+            return Err(EngineError::Cancelled);
+        }
+        if pick.id == EOS {
+            out.stop = Some(StopReason::Eos);
+            return Ok(out);
+        }
+        if flow == Flow::Stop {
+            out.stop = Some(StopReason::Stopped);
+            return Ok(out);
+        }
+        if step + 1 == req.max_tokens || pos >= limit {
+            break;
+        }
+        out.last_logits = feed(pick.id, pos, step);
+        pos += 1;
+    }
+    out.stop = Some(StopReason::Length);
+    Ok(out)
+}
