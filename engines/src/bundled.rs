@@ -19,6 +19,9 @@ pub struct ArchInfo {
     pub faults: &'static [Fault],
 }
 
+/// Opens an engine of one arch over loaded weights.
+pub type OpenFn = fn(ModelConfig, &Weights, Option<Fault>) -> Result<Box<dyn Engine>>;
+
 /// What every arch module provides (`arch/<name>/mod.rs`): its description, the tensors its checkpoint holds,
 /// how its presets differ from the shared base, and how to open it.
 pub struct Entry {
@@ -26,7 +29,7 @@ pub struct Entry {
     pub tensor_specs: fn(&ModelConfig) -> Vec<TensorSpec>,
     /// Adjust the shared base preset for this arch (window, latent widths, ...).
     pub preset: fn(&mut ModelConfig, Preset),
-    pub open: fn(ModelConfig, &Weights, Option<Fault>) -> Result<Box<dyn Engine>>,
+    pub open: OpenFn,
 }
 
 impl std::fmt::Debug for Entry {

@@ -157,10 +157,10 @@ impl ModelConfig {
                 return Err(format!("field `{name}` must be positive"));
             }
         }
-        if self.heads % self.kv_heads != 0 {
+        if !self.heads.is_multiple_of(self.kv_heads) {
             return Err(format!("field `heads` ({}) must be a multiple of `kv_heads` ({})", self.heads, self.kv_heads));
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return Err(format!("field `head_dim` ({}) must be even (rope pairs)", self.head_dim));
         }
         if self.top_k > self.experts {
@@ -285,7 +285,7 @@ impl ModelConfig {
 
     /// Whether layer `i` is a global (full-attention) layer.
     pub fn is_global(&self, layer: usize) -> bool {
-        self.window == 0 || self.global_every == 0 || (layer + 1) % self.global_every == 0
+        self.window == 0 || self.global_every == 0 || (layer + 1).is_multiple_of(self.global_every)
     }
 }
 
@@ -297,7 +297,7 @@ mod tests {
     fn presets_validate() {
         for p in Preset::ALL {
             ModelConfig::preset("inkling", p)
-                .and_then(|c| Ok(c.validate().map_err(EngineError::BadRequest)?))
+                .and_then(|c| c.validate().map_err(EngineError::BadRequest))
                 .unwrap_or_else(|e| panic!("{p}: {e}"));
         }
     }

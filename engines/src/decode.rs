@@ -32,8 +32,7 @@ pub fn decode(
     mut feed: impl FnMut(u32, usize, usize) -> Vec<f32>,
 ) -> Result<Decoded> {
     let mut out = Decoded { last_logits: logits, ..Default::default() };
-    let mut pos = pos0;
-    for step in 0..req.max_tokens {
+    for (step, pos) in (0..req.max_tokens).zip(pos0..) {
         let mut allowed = mask_input_only(&out.last_logits);
         if req.ignore_eos {
             allowed[EOS as usize] = f32::NEG_INFINITY;
@@ -57,7 +56,6 @@ pub fn decode(
             break;
         }
         out.last_logits = feed(pick.id, pos, step);
-        pos += 1;
     }
     out.stop = Some(StopReason::Length);
     Ok(out)

@@ -64,7 +64,7 @@ fn encode_writer(w: Option<Writer>) -> [i64; 4] {
     }
 }
 
-fn decode_writer(v: &[i64]) -> Result<Option<Writer>, String> {
+pub fn decode_writer(v: &[i64]) -> Result<Option<Writer>, String> {
     let request = v[0] as u64;
     let kind = match v[1] {
         WRITER_NONE => return Ok(None),

@@ -1,0 +1,88 @@
+//! The provenance heatmap: layers x positions, colour = log10 of the largest |diff| in that row.
+
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use super::{init_font, PlotError, FAMILY};
+use crate::provenance::DumpDiff;
+
+/// Colour for log10|diff| in [lo, hi]: pale yellow (tiny) to dark red (large).
+fn colour(v: f64, lo: f64, hi: f64) -> RGBColor {
+    let t = if hi > lo { ((v - lo) / (hi - lo)).clamp(0.0, 1.0) } else { 1.0 };
+    let lerp = |a: f64, b: f64| (a + (b - a) * t) as u8;
+    RGBColor(lerp(255.0, 140.0), lerp(230.0, 0.0), lerp(120.0, 20.0))
+}
+
+fn render<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    d: &DumpDiff,
+    path: &Path,
+    title: &str,
+    size: (u32, u32),
+    (lo, hi): (f64, f64),
+) -> Result<(), PlotError> {
+    let layers = d.layers.len().max(1);
+    let positions = d.covered.max(1);
+    let e = |x: &dyn std::fmt::Display| PlotError::new(path, x);
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let (main, legend) = root.split_horizontally(size.0 - 170);
+    let mut chart = ChartBuilder::on(&main)
+        .caption(title, (FAMILY, 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0..positions as i64, 0..layers as i64)
+        .map_err(|x| e(&x))?;
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .x_desc("position (absolute)")
+        .y_desc("layer")
+        .label_style((FAMILY, 13))
+        .draw()
+        .map_err(|x| e(&x))?;
+    // compared-and-identical rows in light grey, so "no difference" is visibly different from "not compared"
+    let identical = d.layers.iter().filter(|l| l.rows_compared > 0).map(|l| {
+        Rectangle::new([(0, l.layer as i64), (positions as i64, l.layer as i64 + 1)], RGBColor(235, 235, 235).filled())
+    });
+    chart.draw_series(identical).map_err(|x| e(&x))?;
+    let cells = d.tensors.iter().flat_map(|t| {
+        t.divergent.iter().map(move |&(p, v)| {
+            let c = colour((v as f64).max(1e-12).log10(), lo, hi);
+            Rectangle::new([(p, t.layer as i64), (p + 1, t.layer as i64 + 1)], c.filled())
+        })
+    });
+    chart.draw_series(cells).map_err(|x| e(&x))?;
+    // colour bar
+    let steps = 20;
+    for i in 0..steps {
+        let v = lo + (hi - lo) * i as f64 / (steps - 1) as f64;
+        let y = 60 + (steps - 1 - i) * 12;
+        legend.draw(&Rectangle::new([(10, y), (40, y + 12)], colour(v, lo, hi).filled())).map_err(|x| e(&x))?;
+    }
+    let text = |s: String, y: i32| Text::new(s, (46, y), (FAMILY, 13));
+    legend.draw(&Text::new("log10 |diff|", (10, 40), (FAMILY, 13))).map_err(|x| e(&x))?;
+    legend.draw(&text(format!("{hi:.1}"), 60)).map_err(|x| e(&x))?;
+    legend.draw(&text(format!("{lo:.1}"), 60 + (steps - 1) * 12)).map_err(|x| e(&x))?;
+    legend.draw(&Rectangle::new([(10, 320), (40, 332)], RGBColor(235, 235, 235).filled())).map_err(|x| e(&x))?;
+    legend.draw(&text("identical".into(), 320)).map_err(|x| e(&x))?;
+    root.present().map_err(|x| e(&x))
+}
+
+/// Draw `d` to `path` (SVG; with a `.png` extension, a PNG).
+pub fn draw(d: &DumpDiff, path: &Path, title: &str) -> Result<(), PlotError> {
+    init_font();
+    let layers = d.layers.len().max(1);
+    let logs: Vec<f64> =
+        d.tensors.iter().flat_map(|t| t.divergent.iter()).map(|&(_, v)| (v as f64).max(1e-12).log10()).collect();
+    let lo = logs.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = logs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let (lo, hi) = if logs.is_empty() { (-12.0, 0.0) } else { (lo, hi) };
+    let size = (960, 160 + 28 * layers as u32);
+    if path.extension().is_some_and(|x| x == "png") {
+        render(BitMapBackend::new(path, size).into_drawing_area(), d, path, title, size, (lo, hi))
+    } else {
+        render(SVGBackend::new(path, size).into_drawing_area(), d, path, title, size, (lo, hi))
+    }
+}

@@ -1,0 +1,35 @@
+//! Plots (plotters): SVG always, PNG beside it, text drawn with an embedded font so no system font library is
+//! needed.
+
+pub mod heatmap;
+
+use std::sync::Once;
+
+/// DejaVu Sans (Bitstream Vera license, harness/assets/DejaVuSans.LICENSE).
+static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
+
+/// The family every plot uses.
+pub const FAMILY: &str = "sans-serif";
+
+/// Register the embedded font with plotters once per process.
+pub fn init_font() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // the font is compiled in and known good; a failure here would only mean text is not drawn
+        let _ = plotters::style::register_font(FAMILY, plotters::style::FontStyle::Normal, FONT);
+    });
+}
+
+/// Errors of the plotting code: the file being drawn and what went wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: cannot draw plot: {message}")]
+pub struct PlotError {
+    pub path: std::path::PathBuf,
+    pub message: String,
+}
+
+impl PlotError {
+    pub fn new(path: &std::path::Path, e: impl std::fmt::Display) -> Self {
+        PlotError { path: path.to_path_buf(), message: e.to_string() }
+    }
+}
