@@ -1,7 +1,9 @@
 //! Plots (plotters): SVG always, PNG beside it, text drawn with an embedded font so no system font library is
 //! needed.
 
+pub mod bounds;
 pub mod heatmap;
+pub mod lines;
 
 use std::sync::Once;
 

@@ -1,6 +1,7 @@
 //! KV provenance: reading state dumps through a memory map, diffing them row by row (rows matched by the absolute
 //! position they hold, never by slot index), and saying which layer, which position and which writer diverged.
 
+pub mod bench;
 pub mod diff;
 pub mod mapped;
 pub mod render;

@@ -1,0 +1,45 @@
+//! Plots are drawn as SVG and PNG with titles, axis labels and legends.
+
+use kvproof::plot::bounds::{self, BoundBar};
+use kvproof::plot::lines::{self, LineChart, Series};
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("kvproof-plots-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("tmp");
+    d
+}
+
+#[test]
+fn line_chart_has_title_axes_and_legend() {
+    let dir = tmp("lines");
+    let chart = LineChart {
+        title: "per-turn wall time vs context length".into(),
+        x_label: "context length (tokens)".into(),
+        y_label: "wall time per turn (ms)".into(),
+        series: vec![
+            Series { name: "warm (reuse)".into(), points: (1..=6).map(|i| (i as f64 * 500.0, 40.0 + i as f64)).collect() },
+            Series { name: "cold".into(), points: (1..=6).map(|i| (i as f64 * 500.0, 60.0 * i as f64)).collect() },
+        ],
+        y_from_zero: true,
+    };
+    let (svg, png) = lines::draw(&chart, &dir.join("wall")).expect("draw");
+    let text = std::fs::read_to_string(&svg).expect("svg");
+    for needle in ["per-turn wall time vs context length", "context length (tokens)", "wall time per turn (ms)", "warm (reuse)", "cold"] {
+        assert!(text.contains(needle), "svg lacks {needle:?}");
+    }
+    assert!(std::fs::metadata(&png).expect("png").len() > 5000);
+}
+
+#[test]
+fn bounds_chart_draws_every_scenario() {
+    let dir = tmp("bounds");
+    let bars = vec![
+        BoundBar { scenario: "inkling-stress".into(), failures: 0, trials: 299, upper: 0.00997, limit: Some(0.01) },
+        BoundBar { scenario: "glm53-stress".into(), failures: 2, trials: 300, upper: 0.0213, limit: Some(0.01) },
+    ];
+    let (svg, png) = bounds::draw(&bars, "failure-rate bounds (95% one-sided)", &dir.join("bounds")).expect("draw");
+    let text = std::fs::read_to_string(&svg).expect("svg");
+    assert!(text.contains("inkling-stress (0/299)") && text.contains("glm53-stress (2/300)"), "scenario labels");
+    assert!(text.contains("failure rate (%)"));
+    assert!(std::fs::metadata(&png).expect("png").len() > 5000);
+}
