@@ -76,7 +76,8 @@ pub trait Observer {
     fn on_token(&mut self, _event: &TokenEvent) -> Flow {
         Flow::Continue
     }
-    /// Polled after each prefill segment; `Cancel` aborts mid-prefill.
+    /// Polled after each prefill segment. Only `Cancel` is acted on here (it aborts mid-prefill and taints);
+    /// a stop takes effect at the next emitted token, so a stopped reply is never empty.
     fn on_progress(&mut self) -> Flow {
         Flow::Continue
     }

@@ -193,31 +193,13 @@ impl Engine for Inkling {
             st.record.record(pos, ids);
             pos = end;
             chunk += 1;
-            match observer.on_progress() {
-                Flow::Continue => {}
-                Flow::Stop => break,
-                Flow::Cancel => {
-                    st.record.taint();
-                    return Err(EngineError::Cancelled);
-                }
+            if observer.on_progress() == Flow::Cancel {
+                st.record.taint();
+                return Err(EngineError::Cancelled);
             }
         }
         if !audio.iter().all(Option::is_none) && fault != Some(Fault::NoTaint) {
             st.record.taint();
-        }
-        if pos < req.prompt.len() {
-            // stopped mid-prefill: nothing to sample from
-            st.last_logits = logits;
-            let prefill = t0.elapsed();
-            return Ok(Reply {
-                tokens: vec![],
-                gaps: vec![],
-                reused,
-                prompt_tokens: req.prompt.len(),
-                timings: Timings { prefill, decode: Default::default() },
-                stop: StopReason::Stopped,
-                prefix_log,
-            });
         }
         let prefill = t0.elapsed();
         let t1 = Instant::now();

@@ -1,0 +1,125 @@
+//! `kvproof-engine`: serve any bundled engine over stdin/stdout (docs/protocol.md), or run the engine benchmarks.
+
+use std::io::{BufWriter, ErrorKind};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use clap::{ArgGroup, Parser};
+use kvproof_engines::bundled;
+use kvproof_engines::config::Preset;
+use kvproof_engines::fault::Fault;
+use kvproof_engines::serve::{serve, ServeError, ServeOptions};
+
+/// Serve a bundled engine over stdio, speaking the kvproof serve protocol (see docs/protocol.md).
+///
+/// Set KVPROOF_PREFIX_LOG=1 to print one `[PREFIX]` line per request on stderr.
+#[derive(Debug, Parser)]
+#[command(name = "kvproof-engine", version)]
+#[command(group(ArgGroup::new("source").required(true).args(["model", "preset", "bench"])))]
+struct Cli {
+    /// Engine family (e.g. inkling). Required with --preset; with --model it must match config.json.
+    #[arg(long)]
+    arch: Option<String>,
+
+    /// Model directory (config.json + model.safetensors).
+    #[arg(long, conflicts_with_all = ["preset", "bench"])]
+    model: Option<PathBuf>,
+
+    /// Generate a deterministic random-init model in memory: tiny, small or bench.
+    #[arg(long, value_parser = parse_preset, conflicts_with = "bench", requires = "arch")]
+    preset: Option<Preset>,
+
+    /// Seed of the generated model (with --preset), and of the benchmark models.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+
+    /// Turn on one named fault (a deliberate reuse bug; see `kvproof list`).
+    #[arg(long, value_parser = parse_fault, conflicts_with = "bench")]
+    fault: Option<Fault>,
+
+    /// Run the benchmarks instead of serving, and print the report.
+    #[arg(long)]
+    bench: bool,
+
+    /// Benchmark presets, comma-separated.
+    #[arg(long, value_delimiter = ',', value_parser = parse_preset, requires = "bench", default_value = "small,bench")]
+    presets: Vec<Preset>,
+}
+
+fn parse_preset(s: &str) -> Result<Preset, String> {
+    s.parse::<Preset>().map_err(|e| e.to_string())
+}
+
+fn parse_fault(s: &str) -> Result<Fault, String> {
+    s.parse::<Fault>().map_err(|e| e.to_string())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kvproof-engine: {}", chain(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    if cli.bench {
+        let arches: Vec<&str> = match &cli.arch {
+            Some(arch) => vec![bundled::arch(arch)?.name],
+            None => bundled::arches().map(|a| a.name).collect(),
+        };
+        for arch in arches {
+            let report = kvproof_engines::bench::run(arch, &cli.presets, cli.seed)
+                .with_context(|| format!("benchmarking {arch}"))?;
+            print!("{report}");
+        }
+        return Ok(());
+    }
+
+    let mut engine = match (&cli.model, cli.preset) {
+        (Some(dir), None) => {
+            let engine = bundled::open_dir(dir, cli.fault).with_context(|| format!("opening {}", dir.display()))?;
+            let arch = engine.info().arch;
+            if let Some(want) = cli.arch.as_deref().filter(|want| *want != arch) {
+                bail!("--arch {want} given, but {} holds a {arch} model", dir.display());
+            }
+            engine
+        }
+        (None, Some(preset)) => {
+            // clap makes --preset require --arch
+            let arch = cli.arch.as_deref().context("--preset needs --arch")?;
+            bundled::open_preset(arch, preset, cli.seed, cli.fault)
+                .with_context(|| format!("opening {arch} --preset {preset} --seed {}", cli.seed))?
+        }
+        // clap requires exactly one of --model, --preset (or --bench)
+        _ => bail!("give --model DIR or --arch A --preset tiny|small|bench [--seed N] (or --bench)"),
+    };
+
+    let output = BufWriter::new(std::io::stdout().lock());
+    match serve(engine.as_mut(), std::io::stdin(), output, std::io::stderr(), ServeOptions::from_env()) {
+        Ok(()) => Ok(()),
+        // The client went away: nobody is left to answer, which is a normal end.
+        Err(ServeError::Write(e)) if e.kind() == ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The error and its causes on one line, skipping a cause its parent's message already ends with.
+fn chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.ends_with(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
