@@ -1,0 +1,138 @@
+//! DeepSeek's forward pass over one batch of consecutive positions (a prefill segment or one decode step).
+//!
+//! Per layer: the compressor folds the batch's positions in order (emitting a compressed row at every block end,
+//! which later queries of the same batch already see), then each query attends to every compressed row whose block
+//! has ended plus the raw rows of its window, compressed rows first, each group in ascending position. Raw rows go
+//! into the ring only after scoring: a batch longer than the window would otherwise overwrite rows its own earlier
+//! queries still read.
+//!
+//! A prefill segment runs layer by layer and asks between layers whether to go on (the real engine streams each
+//! layer's experts from disk, so that is where it notices a cancel). An aborted segment leaves the lower layers
+//! holding its positions and the upper ones not: a state that matches neither the old ids nor the new ones.
+
+use rayon::prelude::*;
+
+use super::model::Model;
+use super::state::SlotState;
+use crate::cache::RowMeta;
+use crate::dump::Writer;
+use crate::kernels::{attend, matmul, rms_norm, Reduction};
+
+/// One batch to feed.
+pub struct Batch<'a> {
+    pub ids: &'a [u32],
+    pub pos0: usize,
+    pub writer: Writer,
+}
+
+/// The batch was abandoned between two layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Aborted {
+    /// Layers that had already taken the batch in.
+    pub layers_done: usize,
+}
+
+impl Model {
+    /// Feed `b` into `st`, writing every row with `b.writer`; returns the logits of the last row.
+    /// `abort()` is asked before every layer but the first; `true` abandons the batch there.
+    pub fn forward(&self, st: &mut SlotState, b: &Batch, abort: &mut dyn FnMut() -> bool) -> Result<Vec<f32>, Aborted> {
+        let c = &self.config;
+        let (h, hd) = (c.hidden, c.head_dim);
+        let (qd, kvd) = (c.heads * hd, c.kv_heads * hd);
+        let group = c.heads / c.kv_heads;
+        let s = b.ids.len();
+        let pos0 = b.pos0;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let meta = RowMeta { pos: 0, writer: Some(b.writer) };
+        let mut x = Vec::with_capacity(s * h);
+        for &id in b.ids {
+            x.extend_from_slice(&self.embed[id as usize * h..(id as usize + 1) * h]);
+        }
+
+        for (l, layer) in self.layers.iter().enumerate() {
+            if l > 0 && abort() {
+                return Err(Aborted { layers_done: l });
+            }
+            let ls = &mut st.layers[l];
+            let mut xn = x.clone();
+            rms_norm(&mut xn, &layer.attn_norm, c.norm_eps);
+            let mut q = vec![0.0; s * qd];
+            let mut k = vec![0.0; s * kvd];
+            let mut v = vec![0.0; s * kvd];
+            matmul(&xn, s, &layer.wq, qd, h, &mut q);
+            matmul(&xn, s, &layer.wk, kvd, h, &mut k);
+            matmul(&xn, s, &layer.wv, kvd, h, &mut v);
+            rms_norm(&mut q, &layer.q_norm, c.norm_eps);
+            rms_norm(&mut k, &layer.k_norm, c.norm_eps);
+            for i in 0..s {
+                self.rope.apply(&mut q[i * qd..(i + 1) * qd], pos0 + i);
+                self.rope.apply(&mut k[i * kvd..(i + 1) * kvd], pos0 + i);
+            }
+
+            // the compressor sees positions strictly in order: its state is a recurrence
+            let comp = &layer.comp;
+            let sw = comp.coff() * comp.width;
+            let mut ckv = vec![0.0; s * sw];
+            let mut csc = vec![0.0; s * sw];
+            matmul(&xn, s, &comp.wkv, sw, h, &mut ckv);
+            matmul(&xn, s, &comp.wgate, sw, h, &mut csc);
+            for i in 0..s {
+                let (kv, sc) = (&ckv[i * sw..(i + 1) * sw], &csc[i * sw..(i + 1) * sw]);
+                ls.comp.fold(comp, pos0 + i, kv, sc, c.norm_eps, meta);
+            }
+
+            let mut att = vec![0.0; s * qd];
+            {
+                let (ring_k, ring_v, comp_state) = (&ls.k, &ls.v, &ls.comp);
+                let (k, v, q) = (&k, &v, &q);
+                let window = ring_k.window();
+                att.par_chunks_mut(qd).enumerate().for_each(|(i, out)| {
+                    let t = pos0 + i;
+                    let lo = (t + 1).saturating_sub(window);
+                    let blocks = comp_state.visible(t);
+                    let mut scores = Vec::with_capacity(blocks + t + 1 - lo);
+                    for head in 0..c.heads {
+                        let g = head / group;
+                        let compressed = (0..blocks).map(move |bi| {
+                            // a compressed row is both key and value (V4's shared kv)
+                            let r = &comp_state.rows.row(bi)[g * hd..(g + 1) * hd];
+                            (r, r)
+                        });
+                        let raw = (lo..=t).map(move |p| {
+                            let (kr, vr) = if p >= pos0 {
+                                let j = p - pos0;
+                                (&k[j * kvd..(j + 1) * kvd], &v[j * kvd..(j + 1) * kvd])
+                            } else {
+                                (ring_k.get(p), ring_v.get(p))
+                            };
+                            (&kr[g * hd..(g + 1) * hd], &vr[g * hd..(g + 1) * hd])
+                        });
+                        let qh = &q[i * qd + head * hd..i * qd + (head + 1) * hd];
+                        attend(qh, compressed.chain(raw), scale, &mut scores, &mut out[head * hd..(head + 1) * hd]);
+                    }
+                });
+            }
+            let mut o = vec![0.0; s * h];
+            matmul(&att, s, &layer.wo, h, qd, &mut o);
+            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+
+            // rows this batch would overwrite in the ring are skipped: no later query reads them
+            for i in s.saturating_sub(ls.k.window())..s {
+                let m = RowMeta { pos: (pos0 + i) as i64, ..meta };
+                ls.k.put(pos0 + i, &k[i * kvd..(i + 1) * kvd], m);
+                ls.v.put(pos0 + i, &v[i * kvd..(i + 1) * kvd], m);
+            }
+
+            let mut xn = x.clone();
+            rms_norm(&mut xn, &layer.ffn_norm, c.norm_eps);
+            let f = layer.moe.forward(Reduction::Invariant, &xn, s);
+            x.iter_mut().zip(&f).for_each(|(a, b)| *a += b);
+        }
+
+        let mut last = x[(s - 1) * h..].to_vec();
+        rms_norm(&mut last, &self.final_norm, c.norm_eps);
+        let mut logits = vec![0.0; c.vocab];
+        matmul(&last, 1, &self.lm_head, c.vocab, h, &mut logits);
+        Ok(logits)
+    }
+}
