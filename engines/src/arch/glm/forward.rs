@@ -1,0 +1,111 @@
+//! glm's forward pass over one batch of consecutive positions (a prefill segment or one decode step).
+//!
+//! MLA in its absorbed form, as colibri.c decodes: each head's query is mapped into latent space through its key
+//! decompression (`W_uk^T q_nope`), scored against the cached latent rows plus the shared rope row, and the
+//! softmax-weighted latent is decompressed through the head's value rows (`W_uv`). Only the latent and rope rows
+//! are cached; every reduction runs in one fixed order, so a row's bits depend only on the ids at positions
+//! 0..=t — never on the batch, nor on prefill vs decode. That is what makes truncation to any common prefix, and
+//! copying rows between slots, exact.
+
+use rayon::prelude::*;
+
+use super::model::Model;
+use super::state::LatentKv;
+use crate::cache::RowMeta;
+use crate::dump::Writer;
+use crate::kernels::{dot, matmul, rms_norm, softmax_in_place, Reduction};
+
+/// One batch to feed.
+pub struct Batch<'a> {
+    pub ids: &'a [u32],
+    pub pos0: usize,
+    pub writer: Writer,
+    /// Decode attends to every cached position below this length (the slot's kv length); prefill is causal.
+    /// A correct slot's length is exactly `pos + 1` here, so this only matters when the length is stale.
+    pub kv_len: Option<usize>,
+}
+
+impl Model {
+    /// Feed `b`, writing every layer's latent and rope rows with `b.writer`; returns the logits of the last row.
+    pub fn forward(&self, kv: &mut [LatentKv], b: &Batch) -> Vec<f32> {
+        let c = &self.config;
+        let (h, hd, lora, rope) = (c.hidden, c.head_dim, c.kv_lora, c.qk_rope);
+        let qrow = c.heads * (hd + rope);
+        let (s, pos0) = (b.ids.len(), b.pos0);
+        let scale = 1.0 / ((hd + rope) as f32).sqrt();
+        let mut x: Vec<f32> =
+            b.ids.iter().flat_map(|&id| self.embed[id as usize * h..(id as usize + 1) * h].iter().copied()).collect();
+
+        for (layer, cache) in self.layers.iter().zip(kv.iter_mut()) {
+            let mut xn = x.clone();
+            rms_norm(&mut xn, &layer.attn_norm, c.norm_eps);
+            let mut q = vec![0.0; s * qrow];
+            let mut ckv = vec![0.0; s * (lora + rope)];
+            matmul(&xn, s, &layer.wq, qrow, h, &mut q);
+            matmul(&xn, s, &layer.wkv_a, lora + rope, h, &mut ckv);
+            for i in 0..s {
+                let t = pos0 + i;
+                for head in q[i * qrow..(i + 1) * qrow].chunks_exact_mut(hd + rope) {
+                    self.rope.apply(&mut head[hd..], t);
+                }
+                let row = &mut ckv[i * (lora + rope)..(i + 1) * (lora + rope)];
+                rms_norm(&mut row[..lora], &layer.kv_norm, c.norm_eps);
+                self.rope.apply(&mut row[lora..], t);
+                let meta = RowMeta { pos: t as i64, writer: Some(b.writer) };
+                cache.latent.put(t, &row[..lora], meta);
+                cache.rope.put(t, &row[lora..], meta);
+            }
+
+            let mut att = vec![0.0; s * c.heads * hd];
+            {
+                let (cache, q) = (&*cache, &q);
+                att.par_chunks_mut(c.heads * hd).enumerate().for_each(|(i, out)| {
+                    let t = pos0 + i;
+                    // queries never see past themselves in prefill; decode sees the slot's whole kv length
+                    let end = b.kv_len.map_or(t + 1, |n| n.max(t + 1)).min(cache.latent.capacity());
+                    let mut scores = Vec::with_capacity(end);
+                    let mut q_abs = vec![0.0f32; lora];
+                    let mut o_lat = vec![0.0f32; lora];
+                    for (hh, o) in out.chunks_exact_mut(hd).enumerate() {
+                        let qh = &q[i * qrow + hh * (hd + rope)..i * qrow + (hh + 1) * (hd + rope)];
+                        let (q_nope, q_rope) = qh.split_at(hd);
+                        let w_uk = &layer.wkv_b[hh * 2 * hd * lora..(hh * 2 * hd + hd) * lora];
+                        let w_uv = &layer.wkv_b[(hh * 2 * hd + hd) * lora..(hh + 1) * 2 * hd * lora];
+                        // W_uk^T q_nope, summed over the head's key rows in order
+                        q_abs.iter_mut().for_each(|v| *v = 0.0);
+                        for (&qd, wrow) in q_nope.iter().zip(w_uk.chunks_exact(lora)) {
+                            q_abs.iter_mut().zip(wrow).for_each(|(a, w)| *a += qd * w);
+                        }
+                        scores.clear();
+                        scores.extend(
+                            (0..end)
+                                .map(|p| (dot(&q_abs, cache.latent.get(p)) + dot(q_rope, cache.rope.get(p))) * scale),
+                        );
+                        softmax_in_place(&mut scores);
+                        o_lat.iter_mut().for_each(|v| *v = 0.0);
+                        for (p, &w) in scores.iter().enumerate() {
+                            o_lat.iter_mut().zip(cache.latent.get(p)).for_each(|(a, l)| *a += w * l);
+                        }
+                        for (od, vrow) in o.iter_mut().zip(w_uv.chunks_exact(lora)) {
+                            *od = dot(vrow, &o_lat);
+                        }
+                    }
+                });
+            }
+            let mut o = vec![0.0; s * h];
+            matmul(&att, s, &layer.wo, h, c.heads * hd, &mut o);
+            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+
+            let mut xn = x.clone();
+            rms_norm(&mut xn, &layer.ffn_norm, c.norm_eps);
+            let f = layer.moe.forward(Reduction::Invariant, &xn, s);
+            x.iter_mut().zip(&f).for_each(|(a, b)| *a += b);
+        }
+
+        let mut last = x[(s - 1) * h..].to_vec();
+        rms_norm(&mut last, &self.final_norm, c.norm_eps);
+        let mut logits = vec![0.0; c.vocab];
+        matmul(&last, 1, &self.lm_head, c.vocab, h, &mut logits);
+        logits
+    }
+}
