@@ -2,10 +2,12 @@
 //! position they hold, never by slot index), and saying which layer, which position and which writer diverged.
 
 pub mod bench;
+pub mod capture;
 pub mod diff;
 pub mod mapped;
 pub mod render;
 
+pub use capture::ProvenanceRef;
 pub use diff::{diff, DumpDiff, LayerDiff, TensorDiff};
 pub use mapped::MappedDump;
 
