@@ -4,7 +4,28 @@ use rayon::prelude::*;
 
 use super::Reduction;
 
-const LANES: usize = 8;
+pub(super) const LANES: usize = 8;
+
+/// One lane group: the 8 partial sums `dot` keeps, one per lane.
+pub(super) type Lanes = [f32; LANES];
+
+/// `acc[l] += a[l] * b[l]` for every lane: a separate multiply and add (Rust never fuses them).
+#[inline(always)]
+fn mul_acc(acc: &mut Lanes, a: &Lanes, b: &Lanes) {
+    for l in 0..LANES {
+        acc[l] += a[l] * b[l];
+    }
+}
+
+/// The fixed horizontal sum of the lanes, then the tail elements in order.
+#[inline(always)]
+fn finish(acc: &Lanes, a_tail: &[f32], b_tail: &[f32]) -> f32 {
+    let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (x, y) in a_tail.iter().zip(b_tail) {
+        s += x * y;
+    }
+    s
+}
 
 /// The fixed-order dot product every kernel uses: 8 lane accumulators, then a fixed pairwise sum, then the tail.
 #[inline]
@@ -12,28 +33,117 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     debug_assert_eq!(a.len(), b.len());
     let (ca, ta) = a.as_chunks::<LANES>();
     let (cb, tb) = b.as_chunks::<LANES>();
-    let mut acc = [0.0f32; LANES];
-    for (x, y) in ca.iter().zip(cb) {
-        for l in 0..LANES {
-            acc[l] += x[l] * y[l];
-        }
-    }
-    let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (x, y) in ta.iter().zip(tb) {
-        s += x * y;
-    }
-    s
+    let n = ca.len().min(cb.len());
+    finish(&acc_1x1(&ca[..n], &cb[..n]), ta, tb)
 }
 
-/// Rows of `x` against rows of `w` into `y` (row stride `y_stride`, column offset `col0`), invariant order.
+/// `dot(a, b[j])` for four rows `b[j]` as long as `a` at once: the same bits, four independent chains.
+pub(super) fn dot4(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+    debug_assert!(b.iter().all(|r| r.len() == a.len()));
+    let (ca, ta) = a.as_chunks::<LANES>();
+    let bs = b.map(|r| r.as_chunks::<LANES>());
+    let acc = acc_1x4(ca, bs.map(|v| v.0));
+    std::array::from_fn(|j| finish(&acc[j], ta, bs[j].1))
+}
+
+// The micro-kernels below run `dot`'s lane loop for several (x row, w row) pairs at once, so every loaded chunk
+// feeds several accumulators; each pair still gets its own 8 lanes, updated in ascending chunk order, and is
+// finished by the same `finish` — bitwise the same as `dot`. They are `inline(never)` on purpose: compiled on
+// their own, each accumulator becomes one YMM register (checked in the disassembly: a 4x2 step is 6 loads,
+// 8 vmulps, 8 vaddps, no spills); inlined into the tile loop, LLVM's SLP vectorizer has been seen to group the
+// lanes the wrong way (across accumulators) and the kernel runs several times slower.
+
+/// `dot`'s lane accumulators for one pair of rows (in lane chunks of equal length).
+#[inline(never)]
+fn acc_1x1(a: &[Lanes], b: &[Lanes]) -> Lanes {
+    let b = &b[..a.len()];
+    let mut acc = [0.0f32; LANES];
+    for (x, y) in a.iter().zip(b) {
+        mul_acc(&mut acc, x, y);
+    }
+    acc
+}
+
+/// Four x rows against two w rows (in lane chunks of equal length): the 8 pairs' lane accumulators.
+#[inline(never)]
+fn acc_4x2(x: [&[Lanes]; 4], w: [&[Lanes]; 2]) -> [[Lanes; 2]; 4] {
+    let n = x[0].len();
+    let (x0, x1, x2, x3) = (&x[0][..n], &x[1][..n], &x[2][..n], &x[3][..n]);
+    let (w0, w1) = (&w[0][..n], &w[1][..n]);
+    let z = [0.0f32; LANES];
+    let (mut a00, mut a01, mut a10, mut a11, mut a20, mut a21, mut a30, mut a31) = (z, z, z, z, z, z, z, z);
+    for k in 0..n {
+        let (b0, b1) = (&w0[k], &w1[k]);
+        mul_acc(&mut a00, &x0[k], b0);
+        mul_acc(&mut a01, &x0[k], b1);
+        mul_acc(&mut a10, &x1[k], b0);
+        mul_acc(&mut a11, &x1[k], b1);
+        mul_acc(&mut a20, &x2[k], b0);
+        mul_acc(&mut a21, &x2[k], b1);
+        mul_acc(&mut a30, &x3[k], b0);
+        mul_acc(&mut a31, &x3[k], b1);
+    }
+    [[a00, a01], [a10, a11], [a20, a21], [a30, a31]]
+}
+
+/// One x row against four w rows: the 4 pairs' lane accumulators (decode, and rows left over from `acc_4x2`).
+#[inline(never)]
+fn acc_1x4(x: &[Lanes], w: [&[Lanes]; 4]) -> [Lanes; 4] {
+    let n = x.len();
+    let (w0, w1, w2, w3) = (&w[0][..n], &w[1][..n], &w[2][..n], &w[3][..n]);
+    let z = [0.0f32; LANES];
+    let (mut a0, mut a1, mut a2, mut a3) = (z, z, z, z);
+    for k in 0..n {
+        let a = &x[k];
+        mul_acc(&mut a0, a, &w0[k]);
+        mul_acc(&mut a1, a, &w1[k]);
+        mul_acc(&mut a2, a, &w2[k]);
+        mul_acc(&mut a3, a, &w3[k]);
+    }
+    [a0, a1, a2, a3]
+}
+
+/// Bytes of weight rows one pass of x row blocks walks over, sized to stay in L2.
+const TILE_BYTES: usize = 128 << 10;
+
+/// `y[r * y_stride + c] = dot(x[r, :], w[c, :])` for every row of `x` and of `w`, invariant order.
 ///
-/// Register blocking (several rows x several weights per pass) measured slower here than this plain loop over a
-/// cache-sized weight tile, so the tile is the only blocking.
-fn block_invariant(x: &[f32], w: &[f32], in_dim: usize, y: &mut [f32], y_stride: usize, col0: usize) {
-    for (r, xr) in x.chunks_exact(in_dim).enumerate() {
-        let yr = &mut y[r * y_stride + col0..];
-        for (c, wr) in w.chunks_exact(in_dim).enumerate() {
-            yr[c] = dot(xr, wr);
+/// Row blocks of 4 go through `acc_4x2` over a cache-sized tile of weight rows (an odd last weight row is paired
+/// with itself, and one of the two equal results kept); up to 3 rows left over go through `acc_1x4` one row at a
+/// time, as a single row (decode) does.
+fn block_invariant(x: &[f32], w: &[f32], in_dim: usize, y: &mut [f32], y_stride: usize) {
+    let rows = x.len() / in_dim;
+    let cols = w.len() / in_dim;
+    let xrow = |r: usize| x[r * in_dim..(r + 1) * in_dim].as_chunks::<LANES>();
+    let wrow = |c: usize| w[c * in_dim..(c + 1) * in_dim].as_chunks::<LANES>();
+    let quads = rows / 4 * 4;
+    let tile = (TILE_BYTES / (in_dim * 4)).max(2) & !1;
+    for t0 in (0..cols).step_by(tile) {
+        let t1 = (t0 + tile).min(cols);
+        for r in (0..quads).step_by(4) {
+            let xs = [xrow(r), xrow(r + 1), xrow(r + 2), xrow(r + 3)];
+            for c in (t0..t1).step_by(2) {
+                let c1 = (c + 1).min(t1 - 1);
+                let ws = [wrow(c), wrow(c1)];
+                let acc = acc_4x2(xs.map(|v| v.0), ws.map(|v| v.0));
+                for (i, (a, xi)) in acc.iter().zip(&xs).enumerate() {
+                    let yr = &mut y[(r + i) * y_stride..];
+                    yr[c] = finish(&a[0], xi.1, ws[0].1);
+                    yr[c1] = finish(&a[1], xi.1, ws[1].1);
+                }
+            }
+        }
+    }
+    for r in quads..rows {
+        let (xc, xt) = xrow(r);
+        let yr = &mut y[r * y_stride..r * y_stride + cols];
+        for c in (0..cols).step_by(4) {
+            // past the last weight row, repeat it: the extra results are the same as the kept one
+            let ws: [_; 4] = std::array::from_fn(|j| wrow((c + j).min(cols - 1)));
+            let acc = acc_1x4(xc, ws.map(|v| v.0));
+            for (j, (a, wj)) in acc.iter().zip(&ws).enumerate().take(cols - c) {
+                yr[c + j] = finish(a, xt, wj.1);
+            }
         }
     }
 }
@@ -43,17 +153,55 @@ fn block_invariant(x: &[f32], w: &[f32], in_dim: usize, y: &mut [f32], y_stride:
 #[inline]
 fn dot_tiled(a: &[f32], b: &[f32], parts: usize) -> f32 {
     let parts = parts.clamp(1, a.len().max(1));
-    let step = a.len().div_ceil(parts);
-    let mut partial: Vec<f32> =
-        a.chunks(step).zip(b.chunks(step)).map(|(x, y)| x.iter().zip(y).map(|(p, q)| p * q).sum()).collect();
-    partial.reverse();
-    partial.into_iter().sum()
+    let step = a.len().div_ceil(parts).max(1);
+    // the partials summed in reverse without collecting them: this runs once per output element
+    a.chunks(step).zip(b.chunks(step)).rev().map(|(x, y)| x.iter().zip(y).map(|(p, q)| p * q).sum::<f32>()).sum()
 }
 
-/// Work below this many multiply-adds stays on the calling thread (rayon overhead dominates).
+/// `dot_tiled` of one row against `N` weight rows at once: each output keeps exactly `dot_tiled`'s order (so the
+/// same bits); the `N` independent chains only give the CPU instruction-level parallelism.
+#[inline]
+fn dot_tiled_n<const N: usize>(a: &[f32], b: [&[f32]; N], parts: usize) -> [f32; N] {
+    let parts = parts.clamp(1, a.len().max(1));
+    let step = a.len().div_ceil(parts).max(1);
+    // -0.0 is the exact identity of f32 addition (what `Sum` starts from)
+    let mut total = [-0.0f32; N];
+    for start in (0..a.len()).step_by(step).rev() {
+        let end = (start + step).min(a.len());
+        let mut part = [-0.0f32; N];
+        for k in start..end {
+            for j in 0..N {
+                part[j] += a[k] * b[j][k];
+            }
+        }
+        for j in 0..N {
+            total[j] += part[j];
+        }
+    }
+    total
+}
+
+/// One row of a `Tiled` matmul: eight outputs at a time, then the rest one by one.
+fn tiled_row(xr: &[f32], w: &[f32], in_dim: usize, parts: usize, yr: &mut [f32]) {
+    const N: usize = 8;
+    let mut blocks = w.chunks_exact(N * in_dim);
+    let mut o = 0;
+    for wb in blocks.by_ref() {
+        let b: [&[f32]; N] = std::array::from_fn(|j| &wb[j * in_dim..(j + 1) * in_dim]);
+        yr[o..o + N].copy_from_slice(&dot_tiled_n(xr, b, parts));
+        o += N;
+    }
+    for wr in blocks.remainder().chunks_exact(in_dim) {
+        yr[o] = dot_tiled(xr, wr, parts);
+        o += 1;
+    }
+}
+
+/// `Tiled` matmuls below this many multiply-adds stay on the calling thread (rayon overhead dominates).
 const PARALLEL_MIN_WORK: usize = 1 << 16;
-/// Output columns per tile: a tile of weights stays in cache while every input row passes over it.
-const TILE: usize = 16;
+/// Multiply-adds per parallel task of the invariant matmul: below two tasks' worth it stays on the calling thread
+/// (at the blocked kernel's speed that is ~10 µs, about what waking a rayon worker costs on a busy machine).
+const TASK_WORK: usize = 1 << 18;
 
 /// `y[r, o] = dot(x[r, :], w[o, :])` for `rows` rows, with the invariant reduction.
 pub fn matmul(x: &[f32], rows: usize, w: &[f32], out_dim: usize, in_dim: usize, y: &mut [f32]) {
@@ -66,44 +214,52 @@ pub fn matmul_with(red: Reduction, x: &[f32], rows: usize, w: &[f32], out_dim: u
     assert_eq!(w.len(), out_dim * in_dim, "matmul: w is not out x in");
     assert_eq!(y.len(), rows * out_dim, "matmul: y is not rows x out");
     if let Reduction::Tiled(parts) = red {
-        // the deliberately shape-dependent path: plain loops, no blocking needed
-        for (xr, yr) in x.chunks_exact(in_dim).zip(y.chunks_exact_mut(out_dim)) {
-            for (o, wr) in w.chunks_exact(in_dim).enumerate() {
-                yr[o] = dot_tiled(xr, wr, parts);
-            }
+        // the deliberately shape-dependent path: every element in `dot_tiled`'s order, rows in parallel
+        let row = |(xr, yr): (&[f32], &mut [f32])| tiled_row(xr, w, in_dim, parts, yr);
+        if rows > 1 && rows * out_dim * in_dim >= PARALLEL_MIN_WORK {
+            x.par_chunks_exact(in_dim).zip(y.par_chunks_exact_mut(out_dim)).for_each(row);
+        } else {
+            x.chunks_exact(in_dim).zip(y.chunks_exact_mut(out_dim)).for_each(row);
         }
         return;
     }
-    let work = rows * out_dim * in_dim;
-    if work < PARALLEL_MIN_WORK {
-        for (t, wt) in w.chunks(TILE * in_dim).enumerate() {
-            block_invariant(x, wt, in_dim, y, out_dim, t * TILE);
-        }
+    if in_dim == 0 {
+        // every dot product is empty: the fixed sum of zero lanes
+        y.fill(0.0);
         return;
     }
-    if rows >= 2 * rayon::current_num_threads() {
-        // Many rows: split rows across threads; each thread walks weight tiles over its rows.
-        let rows_per = rows.div_ceil(rayon::current_num_threads() * 4).max(4);
-        x.par_chunks(rows_per * in_dim).zip(y.par_chunks_mut(rows_per * out_dim)).for_each(|(xb, yb)| {
-            for (t, wt) in w.chunks(TILE * in_dim).enumerate() {
-                block_invariant(xb, wt, in_dim, yb, out_dim, t * TILE);
-            }
+    let threads = rayon::current_num_threads();
+    let tasks = (rows * out_dim * in_dim / TASK_WORK).min(4 * threads);
+    if threads < 2 || tasks < 2 {
+        block_invariant(x, w, in_dim, y, out_dim);
+    } else if rows >= 4 * tasks {
+        // many rows: whole 4-row blocks per task, each task walks weight tiles over its rows
+        let per = rows.div_ceil(tasks).next_multiple_of(4);
+        x.par_chunks(per * in_dim).zip(y.par_chunks_mut(per * out_dim)).for_each(|(xb, yb)| {
+            block_invariant(xb, w, in_dim, yb, out_dim);
         });
     } else {
-        // Few rows (decode): split output tiles across threads, then scatter.
-        let tiles: Vec<Vec<f32>> = w
-            .par_chunks(TILE * in_dim)
-            .map(|wt| {
-                let n = wt.len() / in_dim;
-                let mut out = vec![0.0; rows * n];
-                block_invariant(x, wt, in_dim, &mut out, n, 0);
-                out
-            })
-            .collect();
-        for (t, tile) in tiles.iter().enumerate() {
-            let n = tile.len() / rows.max(1);
-            for r in 0..rows {
-                y[r * out_dim + t * TILE..r * out_dim + t * TILE + n].copy_from_slice(&tile[r * n..(r + 1) * n]);
+        // few rows (decode): split the weight rows (output columns) instead
+        let per = out_dim.div_ceil(tasks).next_multiple_of(4);
+        if rows == 1 {
+            w.par_chunks(per * in_dim).zip(y.par_chunks_mut(per)).for_each(|(wb, yb)| {
+                block_invariant(x, wb, in_dim, yb, yb.len());
+            });
+        } else {
+            let parts: Vec<Vec<f32>> = w
+                .par_chunks(per * in_dim)
+                .map(|wb| {
+                    let n = wb.len() / in_dim;
+                    let mut out = vec![0.0; rows * n];
+                    block_invariant(x, wb, in_dim, &mut out, n);
+                    out
+                })
+                .collect();
+            for (t, part) in parts.iter().enumerate() {
+                let n = part.len() / rows;
+                for (yr, pr) in y.chunks_exact_mut(out_dim).zip(part.chunks_exact(n)) {
+                    yr[t * per..t * per + n].copy_from_slice(pr);
+                }
             }
         }
     }
@@ -141,6 +297,73 @@ mod tests {
         }
     }
 
+    /// The order `dot` promises, spelled out one scalar at a time.
+    fn dot_reference(a: &[f32], b: &[f32]) -> f32 {
+        let full = a.len() / LANES * LANES;
+        let mut acc = [0.0f32; LANES];
+        for k in (0..full).step_by(LANES) {
+            for l in 0..LANES {
+                acc[l] += a[k + l] * b[k + l];
+            }
+        }
+        let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+        for k in full..a.len() {
+            s += a[k] * b[k];
+        }
+        s
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn dot_and_dot4_follow_the_fixed_order(n in 0usize..300, seed in any::<u64>()) {
+            let a = random(n, seed);
+            let b = random(4 * n, seed ^ 3);
+            let rows: [&[f32]; 4] = std::array::from_fn(|j| &b[j * n..(j + 1) * n]);
+            let four = dot4(&a, rows);
+            for (j, r) in rows.iter().enumerate() {
+                let want = dot_reference(&a, r).to_bits();
+                prop_assert_eq!(dot(&a, r).to_bits(), want);
+                prop_assert_eq!(four[j].to_bits(), want);
+            }
+        }
+    }
+
+    /// Every element of the invariant matmul, bitwise, against `dot` on the same two rows.
+    fn assert_matches_dot(rows: usize, out_dim: usize, in_dim: usize, seed: u64) {
+        let x = random(rows * in_dim, seed);
+        let w = random(out_dim * in_dim, seed ^ 9);
+        let mut y = vec![f32::NAN; rows * out_dim];
+        matmul(&x, rows, &w, out_dim, in_dim, &mut y);
+        for r in 0..rows {
+            for o in 0..out_dim {
+                let e = dot(&x[r * in_dim..(r + 1) * in_dim], &w[o * in_dim..(o + 1) * in_dim]);
+                assert_eq!(y[r * out_dim + o].to_bits(), e.to_bits(), "{rows}x{out_dim}x{in_dim}: y[{r}, {o}]");
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// The register-blocked kernel computes every element exactly as `dot` does: widths that are not a multiple
+        /// of 8, row counts that are not a multiple of 4 and odd column counts included.
+        #[test]
+        fn blocked_matmul_is_dot_elementwise(
+            rows in 1usize..14, out_dim in 1usize..24, in_dim in 0usize..80, seed in any::<u64>()
+        ) {
+            assert_matches_dot(rows, out_dim, in_dim, seed);
+        }
+    }
+
+    #[test]
+    fn blocked_matmul_is_dot_on_every_path() {
+        // (rows, out, in): serial; one row split over columns; few rows split over columns and scattered, with
+        // several weight tiles (odd last tile); many rows split over threads, leftover rows and an odd column
+        for (rows, out_dim, in_dim) in [(5, 9, 37), (1, 517, 1031), (11, 45, 2053), (3, 301, 900), (64, 67, 259)] {
+            assert_matches_dot(rows, out_dim, in_dim, (rows * 131 + out_dim * 7 + in_dim) as u64);
+        }
+    }
+
     #[test]
     fn invariant_across_parallel_paths() {
         // large enough to take both parallel branches
@@ -153,6 +376,26 @@ mod tests {
             let mut one = vec![0.0; out_dim];
             matmul(&x[r * in_dim..(r + 1) * in_dim], 1, &w, out_dim, in_dim, &mut one);
             assert!(one.iter().zip(&big[r * out_dim..(r + 1) * out_dim]).all(|(a, b)| a.to_bits() == b.to_bits()));
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        /// The `Tiled` matmul computes every element exactly as `dot_tiled` does, whatever the blocking.
+        #[test]
+        fn tiled_matmul_is_dot_tiled_elementwise(
+            rows in 1usize..12, out_dim in 1usize..40, in_dim in 1usize..300, parts in 1usize..70, seed in any::<u64>()
+        ) {
+            let x = random(rows * in_dim, seed);
+            let w = random(out_dim * in_dim, seed ^ 7);
+            let mut y = vec![0.0; rows * out_dim];
+            matmul_with(Reduction::Tiled(parts), &x, rows, &w, out_dim, in_dim, &mut y);
+            for r in 0..rows {
+                for o in 0..out_dim {
+                    let e = dot_tiled(&x[r * in_dim..(r + 1) * in_dim], &w[o * in_dim..(o + 1) * in_dim], parts);
+                    prop_assert_eq!(y[r * out_dim + o].to_bits(), e.to_bits());
+                }
+            }
         }
     }
 
