@@ -17,14 +17,23 @@ fn line_chart_has_title_axes_and_legend() {
         x_label: "context length (tokens)".into(),
         y_label: "wall time per turn (ms)".into(),
         series: vec![
-            Series { name: "warm (reuse)".into(), points: (1..=6).map(|i| (i as f64 * 500.0, 40.0 + i as f64)).collect() },
+            Series {
+                name: "warm (reuse)".into(),
+                points: (1..=6).map(|i| (i as f64 * 500.0, 40.0 + i as f64)).collect(),
+            },
             Series { name: "cold".into(), points: (1..=6).map(|i| (i as f64 * 500.0, 60.0 * i as f64)).collect() },
         ],
         y_from_zero: true,
     };
     let (svg, png) = lines::draw(&chart, &dir.join("wall")).expect("draw");
     let text = std::fs::read_to_string(&svg).expect("svg");
-    for needle in ["per-turn wall time vs context length", "context length (tokens)", "wall time per turn (ms)", "warm (reuse)", "cold"] {
+    for needle in [
+        "per-turn wall time vs context length",
+        "context length (tokens)",
+        "wall time per turn (ms)",
+        "warm (reuse)",
+        "cold",
+    ] {
         assert!(text.contains(needle), "svg lacks {needle:?}");
     }
     assert!(std::fs::metadata(&png).expect("png").len() > 5000);

@@ -1,0 +1,447 @@
+//! Kind `growth-curve`: one conversation of T turns, each adding a user message of fixed length and a reply of
+//! fixed length (replies ignore eos), so the per-turn work a reusing engine does stays the same while the
+//! transcript grows. Every turn runs on `repeats` warm instances (each living through the whole conversation) and
+//! on `cold_repeats` fresh instances given the whole transcript; the medians go into the report
+//! (`report::growth`). Requests run one at a time — the numbers are wall times.
+
+use kvproof_engines::engine::{EngineInfo, Request, Sampling};
+use kvproof_engines::rng::SplitMix64;
+use serde::{Deserialize, Serialize};
+
+use super::{plan_seed, Plan, Skipped, Step};
+use crate::check::{self, reuse, tokens, CheckName, CheckResult};
+use crate::conversation::{random_text, Conversation, PromptSpec};
+use crate::driver::{Driver, DriverError, Generation};
+use crate::oracle::{self, fed_ids, Outcome, SlotBook};
+use crate::progress::Progress;
+use crate::report::growth::{GrowthTurn, Run, Timing};
+use crate::report::results::{TrialRecord, TrialTimings};
+use crate::report::turns::TurnRow;
+use crate::runner::{Prepared, Sink};
+use crate::scenario::{Kind, MAX_TOKENS, MAX_TURNS, MAX_USER_LEN};
+
+/// `kind: growth-curve`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrowthParams {
+    /// Turns of the conversation (at least 3: turn 1 has nothing to reuse).
+    #[serde(default = "default_turns")]
+    pub turns: usize,
+    /// User-text tokens of the first turn (sets where the curve starts).
+    #[serde(default = "default_opening")]
+    pub opening: usize,
+    /// User-text tokens of every later turn.
+    #[serde(default = "default_user_len")]
+    pub user_len: usize,
+    /// Reply tokens per turn (generated past eos, so every reply has this length).
+    #[serde(default = "default_max_tokens")]
+    pub max_tokens: usize,
+    /// Warm instances, each living through the whole conversation; each turn's warm time is their median.
+    #[serde(default = "default_repeats")]
+    pub repeats: usize,
+    /// Cold runs per turn; the cold time is their median.
+    #[serde(default = "one")]
+    pub cold_repeats: usize,
+    #[serde(default)]
+    pub slot: usize,
+}
+
+fn default_turns() -> usize {
+    12
+}
+fn default_opening() -> usize {
+    256
+}
+fn default_user_len() -> usize {
+    200
+}
+fn default_max_tokens() -> usize {
+    16
+}
+fn default_repeats() -> usize {
+    3
+}
+fn one() -> usize {
+    1
+}
+
+impl Default for GrowthParams {
+    fn default() -> Self {
+        GrowthParams {
+            turns: default_turns(),
+            opening: default_opening(),
+            user_len: default_user_len(),
+            max_tokens: default_max_tokens(),
+            repeats: default_repeats(),
+            cold_repeats: 1,
+            slot: 0,
+        }
+    }
+}
+
+pub const MAX_REPEATS: usize = 99;
+
+/// Range checks serde cannot express.
+pub fn validate(p: &GrowthParams) -> Result<(), String> {
+    if p.turns < 3 || p.turns > MAX_TURNS {
+        return Err(format!("params.turns: {} is not in 3..={MAX_TURNS}", p.turns));
+    }
+    for (name, v) in [("opening", p.opening), ("user_len", p.user_len)] {
+        if v == 0 || v > MAX_USER_LEN {
+            return Err(format!("params.{name}: {v} is not in 1..={MAX_USER_LEN}"));
+        }
+    }
+    if p.max_tokens == 0 || p.max_tokens > MAX_TOKENS {
+        return Err(format!("params.max_tokens: {} is not in 1..={MAX_TOKENS}", p.max_tokens));
+    }
+    for (name, v) in [("repeats", p.repeats), ("cold_repeats", p.cold_repeats)] {
+        if v == 0 || v > MAX_REPEATS {
+            return Err(format!("params.{name}: {v} is not in 1..={MAX_REPEATS}"));
+        }
+    }
+    Ok(())
+}
+
+/// The conversation: one plan of `turns` compared steps. Skipped (no plan) when its last turn would not fit the
+/// engine's context.
+pub fn plans(p: &GrowthParams, seed: u64, info: &EngineInfo) -> (Vec<Plan>, Vec<Skipped>) {
+    let seed = plan_seed(seed, 0);
+    let mut rng = SplitMix64::new(seed ^ 0x6120_7754);
+    let steps: Vec<Step> = (0..p.turns)
+        .map(|t| {
+            let len = if t == 0 { p.opening } else { p.user_len };
+            let prompt = PromptSpec::User { text: random_text(&mut rng, len), audio_frames: 0 };
+            Step::compared(format!("turn {}", t + 1), prompt, p.max_tokens)
+        })
+        .collect();
+    let plan = Plan { name: "conversation".into(), seed, slot: p.slot, steps };
+    let need = last_context(&plan, p.max_tokens) + p.max_tokens;
+    if need > info.max_ctx {
+        let reason = format!(
+            "the last turn needs {need} positions (prompt and reply) but the engine's context is {}; use fewer \
+             turns or shorter texts",
+            info.max_ctx
+        );
+        return (Vec::new(), vec![Skipped { name: plan.name, reason }]);
+    }
+    (vec![plan], Vec::new())
+}
+
+/// The prompt length of the plan's last turn when every reply is `reply` plain ids (an upper bound: a reply that
+/// ends in eos renders one id shorter).
+fn last_context(plan: &Plan, reply: usize) -> usize {
+    let mut conv = Conversation::new(plan.seed, 0);
+    let dummy = vec![u32::from(b'a'); reply];
+    let mut len = 0;
+    for step in &plan.steps {
+        match conv.prepare(&step.prompt) {
+            Ok((prepared, pending)) => {
+                len = prepared.prompt.len();
+                conv.finish(&prepared, pending, Some(&dummy));
+            }
+            Err(_) => return usize::MAX,
+        }
+    }
+    len
+}
+
+fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn run_of(g: &Generation) -> Run {
+    (ms(g.prefill), ms(g.decode), ms(g.wall))
+}
+
+/// Run the growth conversation of a prepared `growth-curve` scenario.
+pub fn run(p: &Prepared<'_>, sink: &dyn Sink, progress: &Progress) -> Vec<TrialRecord> {
+    let crate::scenario::Params::GrowthCurve(params) = &p.scenario.params else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (i, plan) in p.plans.iter().enumerate() {
+        out.extend(run_plan(p, params, i, plan, sink, progress));
+    }
+    out
+}
+
+struct Turn<'a> {
+    p: &'a Prepared<'a>,
+    plan: &'a Plan,
+    plan_index: usize,
+    sink: &'a dyn Sink,
+}
+
+impl Turn<'_> {
+    fn record(&self, step_index: usize) -> TrialRecord {
+        let step = &self.plan.steps[step_index];
+        TrialRecord::new(
+            &self.p.scenario.name,
+            Kind::GrowthCurve,
+            &self.plan.name,
+            self.plan_index,
+            &step.label,
+            step_index,
+        )
+    }
+
+    fn row(&self, step_index: usize, instance: &str, repeat: usize, prompt: usize, res: &Result<Generation, DriverError>) {
+        let step = &self.plan.steps[step_index];
+        let (reused, emitted, prefill, decode, wall, outcome) = match res {
+            Ok(g) => (g.reused, g.tokens.len(), ms(g.prefill), ms(g.decode), ms(g.wall), "ok".to_string()),
+            Err(e) => (None, 0, 0.0, 0.0, 0.0, e.code()),
+        };
+        self.sink.turn(&TurnRow {
+            scenario: self.p.scenario.name.clone(),
+            plan: self.plan.name.clone(),
+            step: format!("{} #{}", step.label, repeat + 1),
+            instance: instance.into(),
+            prompt_tokens: prompt,
+            reused,
+            prefilled: reused.map(|r| prompt.saturating_sub(r)),
+            emitted,
+            prefill_ms: prefill,
+            decode_ms: decode,
+            wall_ms: wall,
+            outcome,
+        });
+    }
+
+    /// Error trials for every step from `from` on.
+    fn abandon(&self, from: usize, why: &str, tail: Option<&str>, progress: &Progress, out: &mut Vec<TrialRecord>) {
+        for si in from..self.plan.steps.len() {
+            let mut r = self.record(si);
+            r.error = Some(why.to_string());
+            r.stderr_tail = tail.map(str::to_string);
+            self.sink.trial(&r);
+            out.push(r);
+            progress.inc(1);
+        }
+    }
+}
+
+fn run_plan(
+    p: &Prepared<'_>,
+    params: &GrowthParams,
+    plan_index: usize,
+    plan: &Plan,
+    sink: &dyn Sink,
+    progress: &Progress,
+) -> Vec<TrialRecord> {
+    let ctx = Turn { p, plan, plan_index, sink };
+    let mut out = Vec::new();
+    let launcher = p.launcher.as_ref();
+    let mut book = oracle::rule_for(launcher.info(), launcher.caps()).map(SlotBook::new);
+    let mut warms: Vec<Box<dyn Driver>> = Vec::with_capacity(params.repeats);
+    for _ in 0..params.repeats {
+        match launcher.launch() {
+            Ok(w) => warms.push(w),
+            Err(e) => {
+                ctx.abandon(0, &format!("warm instance: {e}"), e.stderr_tail(), progress, &mut out);
+                return out;
+            }
+        }
+    }
+    let mut conv = Conversation::new(plan.seed, 0);
+    let mut fed_before = 0usize;
+
+    for (si, step) in plan.steps.iter().enumerate() {
+        let (prepared, pending) = match conv.prepare(&step.prompt) {
+            Ok(x) => x,
+            Err(why) => {
+                ctx.abandon(si, &format!("cannot build the prompt: {why}"), None, progress, &mut out);
+                return out;
+            }
+        };
+        let req = Request {
+            id: si as u64 * 100,
+            slot: plan.slot,
+            prompt: prepared.prompt.clone(),
+            audio: Vec::new(),
+            max_tokens: step.max_tokens,
+            sampling: Sampling::default(),
+            logprobs: 0,
+            // fixed-length replies: every turn adds the same work
+            ignore_eos: true,
+        };
+        let expected: Result<usize, String> = match &book {
+            Some(b) => Ok(b.expected(&req)),
+            None => Err(format!("the harness has no reuse rule for arch `{}`", launcher.info().arch)),
+        };
+        let prompt_len = req.prompt.len();
+
+        // Interleave warm and cold repeats, alternating which goes first, so drift hits both sides alike.
+        let mut warm_runs: Vec<Generation> = Vec::with_capacity(params.repeats);
+        let mut cold_runs: Vec<Generation> = Vec::with_capacity(params.cold_repeats);
+        let mut failure: Option<(String, Option<String>)> = None;
+        for k in 0..params.repeats.max(params.cold_repeats) {
+            let warm_first = (si + k) % 2 == 0;
+            for side in if warm_first { [true, false] } else { [false, true] } {
+                if failure.is_some() {
+                    break;
+                }
+                if side && k < params.repeats {
+                    let r = Request { id: req.id + 2 * k as u64 + 1, ..req.clone() };
+                    let res = warms[k].generate(&r);
+                    ctx.row(si, "warm", k, prompt_len, &res);
+                    match res {
+                        Ok(g) => warm_runs.push(g),
+                        Err(e) => failure = Some((format!("warm #{}: {e}", k + 1), e.stderr_tail().map(String::from))),
+                    }
+                } else if !side && k < params.cold_repeats {
+                    let r = Request { id: req.id + 2 * k as u64 + 2, ..req.clone() };
+                    let res = launcher.launch().and_then(|mut c| c.generate(&r));
+                    ctx.row(si, "cold", k, prompt_len, &res);
+                    match res {
+                        Ok(g) => cold_runs.push(g),
+                        Err(e) => failure = Some((format!("cold #{}: {e}", k + 1), e.stderr_tail().map(String::from))),
+                    }
+                }
+            }
+        }
+        if let Some((why, tail)) = failure {
+            // A curve with a hole measures nothing: the rest of the conversation is abandoned.
+            ctx.abandon(si, &why, tail.as_deref(), progress, &mut out);
+            return out;
+        }
+
+        let w0 = &warm_runs[0];
+        let reused = w0.reused.unwrap_or(0);
+        let mut record = ctx.record(si);
+        record.warm_first = si % 2 == 0;
+        record.prompt_tokens = prompt_len;
+        record.expected_reuse = expected.as_ref().ok().copied();
+        record.reused = w0.reused;
+        record.warm_reply = w0.tokens.clone();
+        record.cold_reply = cold_runs[0].tokens.clone();
+        record.checks = checks(expected, &warm_runs, &cold_runs);
+        record.divergence = tokens::first_divergence(w0, &cold_runs[0]);
+        record.verdict = check::verdict(&record.checks);
+        let warm = Timing::from_runs(prompt_len - reused.min(prompt_len), &warm_runs.iter().map(run_of).collect::<Vec<_>>());
+        let cold = Timing::from_runs(prompt_len, &cold_runs.iter().map(run_of).collect::<Vec<_>>());
+        record.timings = TrialTimings { warm_ms: Some(warm.wall_ms), cold_ms: Some(cold.wall_ms), control_ms: None };
+        record.growth = Some(GrowthTurn {
+            turn: si + 1,
+            context: prompt_len,
+            new_tokens: prompt_len.saturating_sub(fed_before),
+            reused,
+            expected_reuse: record.expected_reuse,
+            emitted: w0.tokens.len(),
+            warm,
+            cold,
+        });
+        sink.trial(&record);
+        out.push(record);
+        progress.inc(1);
+
+        if let Some(b) = book.as_mut() {
+            b.after(&req, Outcome::Completed { reply: &w0.tokens });
+        }
+        fed_before = fed_ids(&req.prompt, &w0.tokens).len();
+        conv.finish(&prepared, pending, Some(&w0.tokens));
+    }
+    out
+}
+
+/// The checks of one turn: every warm repeat against the first cold run, the cold runs against each other (the
+/// control), and the reuse each warm repeat reported against the oracle.
+fn checks(expected: Result<usize, String>, warm: &[Generation], cold: &[Generation]) -> Vec<CheckResult> {
+    let mut out = Vec::new();
+    let bad = warm.iter().enumerate().find_map(|(i, w)| tokens::first_divergence(w, &cold[0]).map(|d| (i, d)));
+    out.push(match bad {
+        None => CheckResult::pass(
+            CheckName::Tokens,
+            format!("{} tokens identical on {} warm repeat(s) and the cold run", warm[0].tokens.len(), warm.len()),
+        ),
+        Some((i, d)) => CheckResult::fail(CheckName::Tokens, format!("warm repeat {}: {}", i + 1, d.describe())),
+    });
+    out.push(match cold.get(1) {
+        Some(c1) => tokens::control(&cold[0], c1),
+        None => CheckResult::skipped(CheckName::Control, "one cold run per turn (params.cold_repeats = 1)"),
+    });
+    let colds: Vec<&Generation> = cold.iter().collect();
+    out.extend(reuse::check(expected, &warm[0], &colds));
+    if let Some((i, w)) = warm.iter().enumerate().skip(1).find(|(_, w)| w.reused != warm[0].reused) {
+        out.push(CheckResult::fail(
+            CheckName::Reuse,
+            format!(
+                "warm repeats disagree on reuse: #1 reused {:?}, #{} reused {:?} (same history)",
+                warm[0].reused,
+                i + 1,
+                w.reused
+            ),
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub fn tiny_info() -> EngineInfo {
+        EngineInfo {
+            arch: "inkling".into(),
+            preset: Some("tiny".into()),
+            slots: 1,
+            max_ctx: 1024,
+            vocab: 264,
+            audio: true,
+            audio_frame_bytes: 8,
+            window: Some(8),
+            prompt_rows: None,
+            initial_capacity: 64,
+            fault: None,
+            model_hash: "test".into(),
+        }
+    }
+
+    #[test]
+    fn one_plan_of_fixed_size_turns() {
+        let p = GrowthParams { turns: 5, opening: 40, user_len: 20, ..GrowthParams::default() };
+        let (plans, skipped) = plans(&p, 3, &tiny_info());
+        assert!(skipped.is_empty());
+        assert_eq!(plans.len(), 1);
+        let steps = &plans[0].steps;
+        assert_eq!(steps.len(), 5);
+        assert!(steps.iter().all(|s| s.compare && s.max_tokens == 16));
+        let lens: Vec<usize> = steps
+            .iter()
+            .map(|s| match &s.prompt {
+                PromptSpec::User { text, .. } => text.len(),
+                _ => 0,
+            })
+            .collect();
+        assert_eq!(lens, vec![40, 20, 20, 20, 20]);
+        assert_eq!(plans, super::plans(&p, 3, &tiny_info()).0, "seeded");
+    }
+
+    #[test]
+    fn a_conversation_past_the_context_is_skipped_with_the_reason() {
+        let p = GrowthParams { turns: 40, opening: 100, user_len: 100, ..GrowthParams::default() };
+        let (plans, skipped) = plans(&p, 0, &tiny_info());
+        assert!(plans.is_empty());
+        assert!(skipped[0].reason.contains("context is 1024"), "{}", skipped[0].reason);
+    }
+
+    #[test]
+    fn the_context_estimate_is_exact_for_plain_replies() {
+        let p = GrowthParams { turns: 3, opening: 10, user_len: 5, max_tokens: 4, ..GrowthParams::default() };
+        let (plans, _) = plans(&p, 0, &tiny_info());
+        // bos, system (marker, 8, eos), then per turn user (marker, text, eos), assistant marker; replies 4 + eos
+        let t1 = 1 + 10 + (1 + 10 + 1) + 1;
+        let t3 = t1 + 2 * ((4 + 1) + (1 + 5 + 1) + 1);
+        assert_eq!(last_context(&plans[0], 4), t3);
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        assert!(validate(&GrowthParams::default()).is_ok());
+        let e = validate(&GrowthParams { turns: 2, ..GrowthParams::default() }).expect_err("turns");
+        assert!(e.contains("params.turns"), "{e}");
+        let e = validate(&GrowthParams { repeats: 0, ..GrowthParams::default() }).expect_err("repeats");
+        assert!(e.contains("params.repeats"), "{e}");
+        let e = validate(&GrowthParams { user_len: 0, ..GrowthParams::default() }).expect_err("user_len");
+        assert!(e.contains("params.user_len"), "{e}");
+    }
+}

@@ -1,0 +1,99 @@
+//! Stress pairs: seeded random conversations of 2–8 turns whose user messages are sized so conversations
+//! cross the sliding window and the initial capacity. Every turn after the first is a compared pair; generation
+//! stops when the scenario's pair count is reached.
+
+use kvproof_engines::engine::EngineInfo;
+use kvproof_engines::rng::SplitMix64;
+
+use super::{plan_seed, Plan, Step};
+use crate::conversation::{random_text, PromptSpec};
+use crate::driver::Caps;
+use crate::scenario::StressParams;
+
+/// Ids a turn adds besides its user text and reply: role markers and end-of-turn ids.
+const TURN_OVERHEAD: usize = 4;
+
+/// The user-text length range: the scenario's, or one that carries a conversation of typical length past both
+/// the window and the initial capacity, while the longest conversation still fits the context.
+pub fn user_len_range(p: &StressParams, info: &EngineInfo) -> [usize; 2] {
+    let max_turns = p.turns[1];
+    let budget = info.max_ctx.saturating_sub(64) / max_turns;
+    let fits = budget.saturating_sub(p.max_tokens + TURN_OVERHEAD).max(1);
+    if let Some([lo, hi]) = p.user_len {
+        return [lo.min(fits), hi.min(fits)];
+    }
+    let window = info.window.unwrap_or(0);
+    // A conversation of mean length passes the initial capacity (its mean user text, replies and markers add up
+    // to about 1.5x capacity), and single turns are longer than the window.
+    let mean_turns = (p.turns[0] + p.turns[1]) / 2;
+    let hi = (info.initial_capacity.saturating_mul(2) / mean_turns.max(1))
+        .max(window.saturating_mul(2).saturating_add(1))
+        .max(8);
+    [1, hi.min(fits)]
+}
+
+pub fn plans(p: &StressParams, seed: u64, info: &EngineInfo, caps: &Caps) -> Vec<Plan> {
+    let [lo, hi] = user_len_range(p, info);
+    let mut plans = Vec::new();
+    let mut left = p.pairs;
+    let mut index = 0u64;
+    while left > 0 {
+        let seed = plan_seed(seed, index);
+        let mut rng = SplitMix64::new(seed ^ 0x57E5);
+        let span = (p.turns[1] - p.turns[0] + 1) as u64;
+        let turns = (p.turns[0] + rng.below(span) as usize).min(left + 1);
+        // Audio, where the engine takes it, only on a conversation's last turn: it ends reuse for the rest.
+        let audio_last = caps.audio_frame_bytes.is_some() && rng.below(4) == 0;
+        let steps = (0..turns)
+            .map(|t| {
+                let len = lo + rng.below((hi - lo + 1) as u64) as usize;
+                let audio_frames = if audio_last && t + 1 == turns { 1 + rng.below(3) as usize } else { 0 };
+                let prompt = PromptSpec::User { text: random_text(&mut rng, len), audio_frames };
+                let label = format!("turn {}", t + 1);
+                if t == 0 {
+                    Step::setup(label, prompt, p.max_tokens)
+                } else {
+                    Step::compared(label, prompt, p.max_tokens)
+                }
+            })
+            .collect();
+        plans.push(Plan { name: format!("conv-{index:04}"), seed, slot: p.slot, steps });
+        left -= turns - 1;
+        index += 1;
+    }
+    plans
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::boundary_matrix::tests::{caps, tiny_info};
+    use super::*;
+
+    #[test]
+    fn exactly_the_requested_pairs_in_2_to_8_turns() {
+        let p = StressParams { pairs: 299, ..StressParams::default() };
+        let plans = plans(&p, 1, &tiny_info(), &caps(Some(8)));
+        assert_eq!(plans.iter().map(Plan::compared).sum::<usize>(), 299);
+        assert!(plans.iter().all(|pl| (2..=8).contains(&pl.steps.len())));
+        assert!(plans.iter().any(|pl| pl.steps.len() == 8) && plans.iter().any(|pl| pl.steps.len() == 2));
+    }
+
+    #[test]
+    fn seeded_and_different_per_seed() {
+        let p = StressParams { pairs: 40, ..StressParams::default() };
+        assert_eq!(plans(&p, 1, &tiny_info(), &caps(None)), plans(&p, 1, &tiny_info(), &caps(None)));
+        assert_ne!(plans(&p, 1, &tiny_info(), &caps(None)), plans(&p, 2, &tiny_info(), &caps(None)));
+    }
+
+    #[test]
+    fn lengths_cross_the_window_and_the_capacity() {
+        let p = StressParams::default();
+        let info = tiny_info();
+        let [_, hi] = user_len_range(&p, &info);
+        assert!(hi > info.window.unwrap_or(0), "single turns longer than the window");
+        // an average conversation of 5 turns with average texts passes the initial capacity
+        assert!(5 * (hi / 2 + TURN_OVERHEAD) > info.initial_capacity, "hi = {hi}");
+        // the longest conversation still fits the context
+        assert!(p.turns[1] * (hi + p.max_tokens + TURN_OVERHEAD) + 16 < info.max_ctx);
+    }
+}

@@ -1,0 +1,343 @@
+//! The `kvproof` command line. Every error that reaches `main` is a usage or input error (exit 2); a finished run
+//! exits 0 when every check passed and 1 when one failed.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use kvproof::check::CheckName;
+use kvproof::exit;
+use kvproof::report::summary::Summary;
+use kvproof::scenario::{self, CaseName, Kind};
+use kvproof::session::{self, RunOptions};
+use kvproof::{mutants, progress, report, stats};
+use kvproof_engines::config::Preset;
+use kvproof_engines::fault::Fault;
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  every check passed
+  1  a check failed (or an engine died or hung, or `mutants` found a surviving fault)
+  2  usage or input error (bad arguments, unreadable or malformed scenario, engine that cannot start)";
+
+/// Proves LLM inference engines reuse their KV prefix state correctly, and measures what reuse buys.
+#[derive(Debug, Parser)]
+#[command(name = "kvproof", version, after_help = EXIT_CODES, after_long_help = EXIT_CODES)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run scenario files (or folders of them) and write reports/<run>/.
+    #[command(after_help = EXIT_CODES)]
+    Run {
+        /// Scenario files or folders (their *.json, schema.json excluded).
+        #[arg(required = true, value_name = "SCENARIO|DIR")]
+        paths: Vec<PathBuf>,
+        /// The run folder [default: reports/<UTC time>].
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Turn on one named fault in every bundled engine (`none`: force clean engines). See `kvproof list`.
+        #[arg(long, value_name = "F", value_parser = parse_fault)]
+        fault: Option<FaultArg>,
+        /// Print the verdict as JSON on stdout instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the bundled engines (presets, faults), scenario kinds, boundary cases and checks.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write a deterministic random-init model (config.json, model.safetensors, tokenizer.json).
+    Fixture {
+        #[arg(long)]
+        arch: String,
+        #[arg(long, value_parser = parse_preset, default_value = "tiny")]
+        preset: Preset,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+    /// Rebuild summary.md and junit.xml of a run folder from run.json and results.jsonl alone.
+    #[command(after_help = EXIT_CODES)]
+    Report {
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// Compare two state dumps row by row (rows matched by absolute position); exit 0 identical, 1 different.
+    #[command(after_help = EXIT_CODES)]
+    Diff {
+        a: PathBuf,
+        b: PathBuf,
+        /// Also write the per-layer table as CSV.
+        #[arg(long, value_name = "FILE")]
+        csv: Option<PathBuf>,
+        /// Also draw the heatmap (layers x positions, colour = log10 |diff|): .svg or .png.
+        #[arg(long, value_name = "FILE")]
+        heatmap: Option<PathBuf>,
+        /// Print the whole diff as JSON instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write the state of a scenario case's engine after a given turn (warm, or the cold run of that turn).
+    Dump {
+        #[arg(value_name = "SCENARIO")]
+        scenario: PathBuf,
+        /// The case or conversation name (see `kvproof investigate` errors for the list).
+        #[arg(long)]
+        case: String,
+        /// The turn after which to dump (1-based) [default: the last].
+        #[arg(long)]
+        turn: Option<usize>,
+        /// Dump the cold instance of that turn instead of the warm one.
+        #[arg(long)]
+        cold: bool,
+        #[arg(long, value_name = "F", value_parser = parse_fault)]
+        fault: Option<FaultArg>,
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
+    /// Rerun one case, dumping warm and cold after every turn, and tell where the states first part.
+    Investigate {
+        #[arg(value_name = "SCENARIO")]
+        scenario: PathBuf,
+        #[arg(long)]
+        case: String,
+        #[arg(long, value_name = "F", value_parser = parse_fault)]
+        fault: Option<FaultArg>,
+        /// Where the per-turn dumps and diffs go [default: reports/investigate-<UTC time>].
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
+    /// Benchmark the dump diff on large synthetic dumps next to a plain byte comparison (GB/s).
+    BenchDiff {
+        /// Total size of the two dumps, in GB.
+        #[arg(long, default_value_t = 1.0)]
+        gb: f64,
+        /// Where the temporary dumps are written.
+        #[arg(long, value_name = "DIR", default_value = "reports/bench-diff")]
+        dir: PathBuf,
+    },
+    /// Run the scenarios clean and once per fault of each engine they use: every fault must be caught.
+    #[command(after_help = EXIT_CODES)]
+    Mutants {
+        /// Scenario files or folders [default: scenarios/pr].
+        #[arg(value_name = "SCENARIO|DIR")]
+        paths: Vec<PathBuf>,
+        /// The sweep's folder (one run folder per pass) [default: reports/mutants-<UTC time>].
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `--fault`: a fault, or `none`.
+#[derive(Debug, Clone, Copy)]
+struct FaultArg(Option<Fault>);
+
+fn parse_fault(s: &str) -> Result<FaultArg, String> {
+    if s == "none" {
+        return Ok(FaultArg(None));
+    }
+    s.parse::<Fault>().map(|f| FaultArg(Some(f))).map_err(|e| {
+        let known: Vec<&str> = Fault::ALL.iter().map(|f| f.name()).collect();
+        format!("{e} (known: none, {})", known.join(", "))
+    })
+}
+
+fn parse_preset(s: &str) -> Result<Preset, String> {
+    s.parse::<Preset>().map_err(|e| e.to_string())
+}
+
+fn load(paths: &[PathBuf]) -> Result<Vec<scenario::Scenario>> {
+    Ok(scenario::load_paths(paths)?)
+}
+
+pub fn main(cli: Cli) -> Result<i32> {
+    let argv: Vec<String> = std::env::args().collect();
+    match cli.command {
+        Cmd::Run { paths, out, fault, json } => {
+            let scenarios = load(&paths)?;
+            let out = out.unwrap_or_else(|| session::default_out(Path::new("reports"), ""));
+            let opts = RunOptions {
+                out: out.clone(),
+                fault: fault.map(|f| f.0),
+                progress: !json && progress::wanted(),
+                command: argv,
+            };
+            let (summary, _) = session::run_scenarios(&scenarios, &opts)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&summary)?);
+            } else {
+                print_summary(&summary, &out);
+            }
+            Ok(if summary.pass { exit::PASS } else { exit::FAIL })
+        }
+        Cmd::Diff { a, b, csv, heatmap, json } => {
+            use kvproof::provenance::{diff, render, MappedDump};
+            let d = diff(&MappedDump::open(&a)?, &MappedDump::open(&b)?)?;
+            if let Some(path) = &csv {
+                render::write_csv(&d, path)?;
+            }
+            if let Some(path) = &heatmap {
+                kvproof::plot::heatmap::draw(&d, path, "state A vs B: log10 max |diff| per row")?;
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&d)?);
+            } else {
+                print!("{}", render::table(&d, "A", "B"));
+            }
+            Ok(if d.identical() { exit::PASS } else { exit::FAIL })
+        }
+        Cmd::Dump { scenario, case, turn, cold, fault, out } => {
+            let scenarios = load(std::slice::from_ref(&scenario))?;
+            let s = scenarios.first().context("no scenario")?;
+            let mut written = None;
+            kvproof::investigate::walk(s, &case, fault.map(|f| f.0), turn, |_, t| {
+                written = if cold { t.cold_dump.clone() } else { t.warm_dump.clone() };
+                Ok(())
+            })?;
+            let dump = written.context("the engine gave no dump for that turn (no dump capability, or it failed)")?;
+            let bytes = kvproof_engines::dump::write_file(&dump, &out)?;
+            println!("wrote {} ({bytes} bytes, {} positions)", out.display(), dump.meta.len);
+            Ok(exit::PASS)
+        }
+        Cmd::Investigate { scenario, case, fault, out } => {
+            let scenarios = load(std::slice::from_ref(&scenario))?;
+            let s = scenarios.first().context("no scenario")?;
+            let out = out.unwrap_or_else(|| session::default_out(Path::new("reports"), "investigate-"));
+            print!("{}", kvproof::investigate::investigate(s, &case, fault.map(|f| f.0), &out)?);
+            Ok(exit::PASS)
+        }
+        Cmd::BenchDiff { gb, dir } => {
+            print!("{}", kvproof::provenance::bench::run(&dir, (gb * 1e9) as u64)?);
+            Ok(exit::PASS)
+        }
+        Cmd::List { json } => {
+            list(json)?;
+            Ok(exit::PASS)
+        }
+        Cmd::Fixture { arch, preset, seed, out } => {
+            kvproof_engines::fixture::write_dir(&arch, preset, seed, &out)
+                .with_context(|| format!("writing the {arch}/{preset} fixture to {}", out.display()))?;
+            println!("wrote {arch}/{preset} seed {seed} to {}", out.display());
+            Ok(exit::PASS)
+        }
+        Cmd::Report { dir } => {
+            let summary = report::rebuild(&dir)?;
+            print_summary(&summary, &dir);
+            Ok(if summary.pass { exit::PASS } else { exit::FAIL })
+        }
+        Cmd::Mutants { paths, out, json } => {
+            let paths = if paths.is_empty() { vec![PathBuf::from("scenarios/pr")] } else { paths };
+            let scenarios = load(&paths)?;
+            if mutants::faults_of(&scenarios)?.is_empty() {
+                bail!("none of the scenarios uses a bundled engine with faults: nothing to mutate");
+            }
+            let out = out.unwrap_or_else(|| session::default_out(Path::new("reports"), "mutants-"));
+            let show = !json;
+            let mut on_pass = |r: &mutants::MutantRow| {
+                if show {
+                    let verdict = match (r.fault.as_str(), r.failed) {
+                        ("clean", false) => "passes".to_string(),
+                        ("clean", true) => "FAILS (the clean engines must pass)".to_string(),
+                        (_, true) => {
+                            format!("caught by {}", r.caught_by.iter().cloned().collect::<Vec<_>>().join(", "))
+                        }
+                        (_, false) => "SURVIVED".to_string(),
+                    };
+                    eprintln!("{:<20} {verdict}", r.fault);
+                }
+            };
+            let report = mutants::sweep(&scenarios, &out, show && progress::wanted(), &argv, &mut on_pass)?;
+            let md = mutants::render_markdown(&report);
+            std::fs::write(out.join("mutants.md"), &md)
+                .with_context(|| format!("{}", out.join("mutants.md").display()))?;
+            let js = serde_json::to_string_pretty(&report)?;
+            std::fs::write(out.join("mutants.json"), format!("{js}\n"))
+                .with_context(|| format!("{}", out.join("mutants.json").display()))?;
+            if json {
+                println!("{js}");
+            } else {
+                print!("\n{}", mutants::render_table(&report));
+                for s in report.survivors() {
+                    println!("SURVIVED: {} ({}) — no scenario caught it", s.fault, s.description);
+                }
+                if report.clean.failed {
+                    println!("the clean run failed: see {}/summary.md", report.clean.out.display());
+                }
+                println!("report: {}", out.join("mutants.md").display());
+            }
+            Ok(if report.ok() { exit::PASS } else { exit::FAIL })
+        }
+    }
+}
+
+fn print_summary(summary: &Summary, dir: &Path) {
+    for s in &summary.scenarios {
+        let bound = s
+            .bound
+            .map(|b| format!("failure rate <= {} ({:.0}%)", stats::percent(b.upper), b.confidence * 100.0))
+            .unwrap_or_default();
+        println!(
+            "{:4}  {:<24} {:<16} {}/{} passed, {} failed, {} inconclusive, {} errors  {bound}",
+            if s.pass { "pass" } else { "FAIL" },
+            s.name,
+            s.kind,
+            s.passed,
+            s.trials,
+            s.failed,
+            s.inconclusive,
+            s.errors
+        );
+        for r in &s.reasons {
+            println!("      {r}");
+        }
+    }
+    println!("{}: {}", if summary.pass { "PASS" } else { "FAIL" }, dir.join(report::SUMMARY).display());
+}
+
+fn list(json: bool) -> Result<()> {
+    let engines: Vec<serde_json::Value> = kvproof_engines::bundled::arches()
+        .map(|a| {
+            serde_json::json!({
+                "arch": a.name,
+                "modelled_on": a.modelled_on,
+                "state": a.state,
+                "reuse_rule": a.reuse_rule,
+                "presets": Preset::ALL.iter().map(|p| p.name()).collect::<Vec<_>>(),
+                "faults": a.faults.iter().map(|f| serde_json::json!({"name": f.name(), "breaks": f.describe()})).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    if json {
+        let value = serde_json::json!({
+            "engines": engines,
+            "kinds": Kind::ALL.iter().map(|k| serde_json::json!({"name": k.name(), "what": k.describe()})).collect::<Vec<_>>(),
+            "boundary_cases": CaseName::ALL.iter().map(|c| c.name()).collect::<Vec<_>>(),
+            "checks": CheckName::ALL.iter().map(|c| c.name()).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(());
+    }
+    println!("engines (bundled; presets: {}):", Preset::ALL.map(|p| p.name()).join(", "));
+    for a in kvproof_engines::bundled::arches() {
+        println!("  {:<10} modelled on {}; {}", a.name, a.modelled_on, a.state);
+        println!("  {:<10} reuse: {}", "", a.reuse_rule);
+        for f in a.faults {
+            println!("  {:<10}   fault {:<20} {}", "", f.name(), f.describe());
+        }
+    }
+    println!("scenario kinds:");
+    for k in Kind::ALL {
+        println!("  {:<16} {}", k.name(), k.describe());
+    }
+    println!("boundary cases: {}", CaseName::ALL.map(|c| c.name()).join(", "));
+    println!("checks: {}", CheckName::ALL.map(|c| c.name()).join(", "));
+    Ok(())
+}

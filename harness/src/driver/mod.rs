@@ -1,0 +1,145 @@
+//! Drivers: one trait over every way of reaching an engine. A driver declares what it can report
+//! (`Caps`); a check that needs a missing capability is skipped with the reason, never passed.
+//!
+//! `inprocess` runs a bundled engine in this process (fastest); `stdio` spawns any command speaking the serve
+//! protocol (docs/protocol.md), one process per instance.
+
+mod inprocess;
+mod stdio;
+
+use std::time::Duration;
+
+use kvproof_engines::dump::StateDump;
+use kvproof_engines::engine::{EngineInfo, Request, StopReason};
+use kvproof_engines::fault::Fault;
+
+pub use inprocess::InProcessLauncher;
+pub use stdio::{resolve_program, sibling_binary, StdioLauncher};
+
+use crate::scenario::EngineSpec;
+
+/// What a driver can report.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Caps {
+    /// Replies carry token ids (not only text).
+    pub token_ids: bool,
+    /// Replies report how many prompt positions were reused.
+    pub reuse_count: bool,
+    /// Replies report the top-2 logit gap of each token.
+    pub gaps: bool,
+    /// The slot's state can be dumped row by row.
+    pub dumps: bool,
+    /// Bytes of one audio frame, when the engine takes audio.
+    pub audio_frame_bytes: Option<usize>,
+    /// A request can be cancelled at a given prefill poll (`Driver::generate_cancel_at`): a deterministic
+    /// mid-prefill failure. Over stdio a CANCEL frame races the engine, so it cannot.
+    #[serde(default)]
+    pub cancel_at_poll: bool,
+    /// The engine's state bytes are visible (`Driver::state_bytes`), for the memory check.
+    #[serde(default)]
+    pub state_bytes: bool,
+    /// The engine copies prefixes into empty slots from other slots (glm's `kv_share`); the oracle models it.
+    #[serde(default)]
+    pub kv_share: bool,
+}
+
+/// One finished request as the harness sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generation {
+    pub tokens: Vec<u32>,
+    /// Top-2 gap per token, when the driver reports it.
+    pub gaps: Option<Vec<f32>>,
+    /// Reused positions, when the driver reports it.
+    pub reused: Option<usize>,
+    pub prompt_tokens: usize,
+    pub prefill: Duration,
+    pub decode: Duration,
+    /// Wall time as the harness measured it (includes transport).
+    pub wall: Duration,
+    pub stop: StopReason,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DriverError {
+    /// The engine answered the request with an error; the instance is still usable.
+    #[error("engine refused the request: {code}{}", if .detail.is_empty() { String::new() } else { format!(" ({})", .detail) })]
+    Refused { code: String, detail: String },
+    /// The instance is gone (process exited, stream broken, or the engine panicked).
+    #[error("engine died: {detail}")]
+    Died { detail: String, stderr_tail: String },
+    /// No answer within the per-request timeout; the instance was killed.
+    #[error("engine timed out after {after_ms} ms")]
+    Timeout { after_ms: u64, stderr_tail: String },
+    /// The driver cannot do this (e.g. the engine has no dump extension).
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// The instance could not be started.
+    #[error("cannot start engine {engine}: {detail}")]
+    Start { engine: String, detail: String },
+}
+
+impl DriverError {
+    /// Whether the instance must be replaced before it is used again.
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, DriverError::Died { .. } | DriverError::Timeout { .. })
+    }
+
+    /// The last lines of the engine's stderr, when the driver captured them.
+    pub fn stderr_tail(&self) -> Option<&str> {
+        match self {
+            DriverError::Died { stderr_tail, .. } | DriverError::Timeout { stderr_tail, .. } => {
+                Some(stderr_tail.as_str()).filter(|s| !s.is_empty())
+            }
+            _ => None,
+        }
+    }
+
+    /// The error code comparisons use: two instances that fail the same way agree.
+    pub fn code(&self) -> String {
+        match self {
+            DriverError::Refused { code, .. } => code.clone(),
+            DriverError::Died { .. } => "DIED".into(),
+            DriverError::Timeout { .. } => "TIMEOUT".into(),
+            DriverError::Unsupported(_) => "UNSUPPORTED".into(),
+            DriverError::Start { .. } => "START".into(),
+        }
+    }
+}
+
+/// One engine instance: a slot state the harness drives request by request.
+pub trait Driver: Send {
+    fn info(&self) -> &EngineInfo;
+    fn caps(&self) -> &Caps;
+    fn generate(&mut self, req: &Request) -> Result<Generation, DriverError>;
+    fn dump(&mut self, slot: usize) -> Result<StateDump, DriverError>;
+    /// Run `req`, cancelling it at the engine's `poll`-th progress poll (0-based; engines poll between prefill
+    /// segments, deepseek also between the layers of a segment). Only drivers with `Caps::cancel_at_poll`.
+    fn generate_cancel_at(&mut self, req: &Request, poll: usize) -> Result<Generation, DriverError> {
+        let _ = (req, poll);
+        Err(DriverError::Unsupported("this driver cannot cancel a request at a given prefill poll".into()))
+    }
+    /// Bytes the engine's state holds (every slot), when the driver can see them (`Caps::state_bytes`).
+    fn state_bytes(&mut self) -> Option<usize> {
+        None
+    }
+}
+
+/// Starts instances of one engine: the warm one, and a fresh one for every cold run.
+pub trait Launcher: Send + Sync {
+    fn launch(&self) -> Result<Box<dyn Driver>, DriverError>;
+    /// The engine as the manifest records it.
+    fn info(&self) -> &EngineInfo;
+    fn caps(&self) -> &Caps;
+    fn label(&self) -> String;
+}
+
+/// The launcher for a scenario's engine; `fault` overrides the scenario's for bundled engines.
+pub fn launcher_for(spec: &EngineSpec, fault: Option<Option<Fault>>) -> Result<Box<dyn Launcher>, DriverError> {
+    match spec {
+        EngineSpec::Bundled { arch, preset, seed, fault: own, config } => {
+            let fault = fault.unwrap_or(*own);
+            Ok(Box::new(InProcessLauncher::open_with(arch, *preset, *seed, fault, config)?))
+        }
+        EngineSpec::Command { command, timeout_ms } => Ok(Box::new(StdioLauncher::start(command, *timeout_ms)?)),
+    }
+}

@@ -1,0 +1,133 @@
+//! `run.json`: everything a run depended on (versions, seeds, engine configurations, fault, machine) and what
+//! each scenario required, so a report can be rebuilt and a verdict re-derived without rerunning anything.
+
+use std::path::PathBuf;
+
+use kvproof_engines::engine::EngineInfo;
+use serde::{Deserialize, Serialize};
+
+use crate::cases::Skipped;
+use crate::driver::Caps;
+use crate::scenario::{Assertions, EngineSpec, Kind, Scenario};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    pub os: String,
+    pub arch: String,
+    pub cpus: usize,
+    pub hostname: Option<String>,
+}
+
+impl Machine {
+    pub fn current() -> Self {
+        let hostname =
+            std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_string()).filter(|h| !h.is_empty());
+        Machine {
+            os: std::env::consts::OS.into(),
+            arch: std::env::consts::ARCH.into(),
+            cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            hostname,
+        }
+    }
+}
+
+/// One scenario as it was run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScenarioEntry {
+    pub name: String,
+    pub path: PathBuf,
+    /// sha256 of the scenario file's bytes.
+    pub sha256: String,
+    pub kind: Kind,
+    pub seed: u64,
+    /// The engine as the file names it.
+    pub engine: EngineSpec,
+    /// The engine as it ran (fault override applied), and what it reported about itself.
+    pub engine_label: String,
+    pub fault: Option<String>,
+    pub engine_info: EngineInfo,
+    pub caps: Caps,
+    pub assertions: Assertions,
+    pub plans: usize,
+    /// Compared turns planned (each one trial).
+    pub planned_trials: usize,
+    pub skipped: Vec<Skipped>,
+}
+
+impl ScenarioEntry {
+    pub fn new(
+        s: &Scenario,
+        engine_label: String,
+        engine_info: EngineInfo,
+        caps: Caps,
+        plans: usize,
+        planned_trials: usize,
+        skipped: Vec<Skipped>,
+    ) -> Self {
+        use sha2::{Digest, Sha256};
+        let sha256 = std::fs::read(&s.path).map(|b| format!("{:x}", Sha256::digest(b))).unwrap_or_default();
+        ScenarioEntry {
+            name: s.name.clone(),
+            path: s.path.clone(),
+            sha256,
+            kind: s.kind,
+            seed: s.seed,
+            engine: s.engine.clone(),
+            engine_label,
+            fault: engine_info.fault.clone(),
+            engine_info,
+            caps,
+            assertions: s.assertions,
+            plans,
+            planned_trials,
+            skipped,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub run: String,
+    pub kvproof_version: String,
+    pub engines_version: String,
+    /// The command line, as given.
+    pub command: Vec<String>,
+    /// `--fault` as given (overrides the scenarios' for bundled engines); "none" forces clean engines.
+    pub fault_override: Option<String>,
+    pub started_unix: u64,
+    pub finished_unix: Option<u64>,
+    pub machine: Machine,
+    pub scenarios: Vec<ScenarioEntry>,
+}
+
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// `YYYYMMDD-HHMMSS` (UTC) for a Unix time: run folder names that sort by time.
+pub fn stamp(unix: u64) -> String {
+    let (days, secs) = (unix / 86_400, unix % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}{m:02}{d:02}-{:02}{:02}{:02}", secs / 3600, secs / 60 % 60, secs % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_are_utc_civil_time() {
+        assert_eq!(stamp(0), "19700101-000000");
+        assert_eq!(stamp(951_782_400), "20000229-000000");
+        assert_eq!(stamp(1_700_000_000), "20231114-221320");
+    }
+}

@@ -1,0 +1,199 @@
+//! The artifacts of a run under `reports/<run>/`: `run.json` (manifest), `results.jsonl` (one line per trial,
+//! flushed as each completes), `turns.csv` (one row per request), `summary.md` and `junit.xml` (both rebuilt
+//! from the first three by `kvproof report DIR`, never by rerunning engines).
+
+pub mod growth;
+pub mod index_html;
+pub mod junit;
+pub mod manifest;
+pub mod plots;
+pub mod results;
+pub mod staleness;
+pub mod summary;
+pub mod turns;
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use crate::runner::Sink;
+use manifest::Manifest;
+use results::TrialRecord;
+use summary::Summary;
+use turns::TurnRow;
+
+pub const RUN_JSON: &str = "run.json";
+pub const RESULTS: &str = "results.jsonl";
+pub const TURNS: &str = "turns.csv";
+pub const SUMMARY: &str = "summary.md";
+pub const JUNIT: &str = "junit.xml";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}:{line}:{column}: {message}")]
+    Parse { path: PathBuf, line: usize, column: usize, message: String },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+fn io(path: &Path) -> impl Fn(std::io::Error) -> ReportError + '_ {
+    move |source| ReportError::Io { path: path.to_path_buf(), source }
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
+    // Write then rename: a reader never sees half a manifest or summary.
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).map_err(io(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io(path))
+}
+
+pub fn write_manifest(dir: &Path, manifest: &Manifest) -> Result<(), ReportError> {
+    let path = dir.join(RUN_JSON);
+    let json = serde_json::to_string_pretty(manifest)
+        .map_err(|e| ReportError::Invalid { path: path.clone(), message: e.to_string() })?;
+    write_atomic(&path, format!("{json}\n").as_bytes())
+}
+
+pub fn read_manifest(dir: &Path) -> Result<Manifest, ReportError> {
+    let path = dir.join(RUN_JSON);
+    let text = std::fs::read_to_string(&path).map_err(io(&path))?;
+    serde_json::from_str(&text).map_err(|e| ReportError::Parse {
+        path: path.clone(),
+        line: e.line(),
+        column: e.column(),
+        message: e.to_string(),
+    })
+}
+
+/// Writes results.jsonl and turns.csv as trials complete. Write errors are kept and reported at `finish`: a
+/// full disk must fail the run, not lose lines silently.
+pub struct RunWriter {
+    dir: PathBuf,
+    results: Mutex<BufWriter<File>>,
+    turns: Mutex<csv::Writer<File>>,
+    error: Mutex<Option<ReportError>>,
+    /// Provenance captures so far (bounded: a broken engine in a long stress run fails thousands of trials).
+    captures: std::sync::atomic::AtomicUsize,
+}
+
+/// At most this many failing comparisons per run keep their dumps and diff under provenance/.
+pub const MAX_CAPTURES: usize = 20;
+
+impl RunWriter {
+    /// Create the run folder's streaming files (truncating any from an earlier run of the same name).
+    pub fn create(dir: &Path) -> Result<Self, ReportError> {
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        let rpath = dir.join(RESULTS);
+        let results = File::create(&rpath).map_err(io(&rpath))?;
+        let tpath = dir.join(TURNS);
+        let turns = csv::Writer::from_path(&tpath)
+            .map_err(|e| ReportError::Invalid { path: tpath.clone(), message: e.to_string() })?;
+        // Remove stale summaries: they would describe another run until this one finishes.
+        let _ = std::fs::remove_file(dir.join(SUMMARY));
+        let _ = std::fs::remove_file(dir.join(JUNIT));
+        let _ = std::fs::remove_file(dir.join(index_html::INDEX));
+        Ok(RunWriter {
+            dir: dir.to_path_buf(),
+            results: Mutex::new(BufWriter::new(results)),
+            turns: Mutex::new(turns),
+            error: Mutex::new(None),
+            captures: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn keep(&self, e: ReportError) {
+        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(e);
+        }
+    }
+
+    /// The first write error, if any.
+    pub fn finish(self) -> Result<(), ReportError> {
+        if let Some(e) = self.error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            return Err(e);
+        }
+        let path = self.dir.join(TURNS);
+        let mut turns = self.turns.into_inner().unwrap_or_else(|p| p.into_inner());
+        turns.flush().map_err(io(&path))
+    }
+}
+
+impl Sink for RunWriter {
+    fn trial(&self, t: &TrialRecord) {
+        let path = self.dir.join(RESULTS);
+        let line = match serde_json::to_string(t) {
+            Ok(l) => l,
+            Err(e) => return self.keep(ReportError::Invalid { path, message: e.to_string() }),
+        };
+        let mut w = self.results.lock().unwrap_or_else(|p| p.into_inner());
+        // One write per line, flushed at once: a crash after this point loses nothing of this trial.
+        if let Err(e) = writeln!(w, "{line}").and_then(|()| w.flush()) {
+            drop(w);
+            self.keep(ReportError::Io { path, source: e });
+        }
+    }
+
+    fn turn(&self, row: &TurnRow) {
+        let mut w = self.turns.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = w.serialize(row).map_err(|e| e.to_string()).and_then(|()| w.flush().map_err(|e| e.to_string()))
+        {
+            drop(w);
+            self.keep(ReportError::Invalid { path: self.dir.join(TURNS), message: e });
+        }
+    }
+
+    fn provenance(
+        &self,
+        case: &str,
+        warm: &kvproof_engines::dump::StateDump,
+        cold: &kvproof_engines::dump::StateDump,
+    ) -> Option<crate::provenance::ProvenanceRef> {
+        if self.captures.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= MAX_CAPTURES {
+            return None;
+        }
+        match crate::provenance::capture::capture(&self.dir, case, warm, cold) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                self.keep(ReportError::Invalid { path: self.dir.join("provenance").join(case), message: e.to_string() });
+                None
+            }
+        }
+    }
+}
+
+/// Write summary.md and junit.xml for a finished (or interrupted) run.
+pub fn write_summaries(dir: &Path, manifest: &Manifest, trials: &mut [TrialRecord]) -> Result<Summary, ReportError> {
+    summary::sort_trials(manifest, trials);
+    let s = summary::summarize(manifest, trials);
+    write_atomic(&dir.join(SUMMARY), summary::render(&s, trials).as_bytes())?;
+    write_atomic(&dir.join(JUNIT), junit::render(&s, trials).as_bytes())?;
+    // growth.csv, staleness.csv, plots/ and index.html: also derived from the artifacts alone.
+    growth::write_csv(dir, trials)?;
+    staleness::write_csv(dir, trials)?;
+    let drawn = plots::draw_run(dir, &s, trials)?;
+    index_html::write(dir, manifest, &s, trials, &drawn)?;
+    Ok(s)
+}
+
+/// `kvproof report DIR`: rebuild summary.md and junit.xml from run.json and results.jsonl alone.
+pub fn rebuild(dir: &Path) -> Result<Summary, ReportError> {
+    let manifest = read_manifest(dir)?;
+    let mut trials = results::read(&dir.join(RESULTS))?;
+    for t in &trials {
+        if !manifest.scenarios.iter().any(|s| s.name == t.scenario) {
+            return Err(ReportError::Invalid {
+                path: dir.join(RESULTS),
+                message: format!("trial of scenario `{}`, which run.json does not list", t.scenario),
+            });
+        }
+    }
+    write_summaries(dir, &manifest, &mut trials)
+}

@@ -1,0 +1,212 @@
+//! A run's plots, drawn into `reports/<run>/plots/` from the run's artifacts alone (results.jsonl and the
+//! provenance dumps), so `kvproof report DIR` redraws the same plots: per-turn wall time warm vs cold against
+//! context length and the reuse fraction per turn for every growth curve, the failure-rate bounds of every
+//! scenario (and per stale context), and the provenance heatmap of every captured divergence. SVG and PNG each.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::growth::{turns_of, GrowthTurn};
+use super::results::TrialRecord;
+use super::summary::Summary;
+use super::ReportError;
+use crate::plot::bounds::{self, BoundBar};
+use crate::plot::lines::{self, LineChart, Series};
+use crate::plot::PlotError;
+use crate::provenance::{self, MappedDump};
+
+pub const PLOTS_DIR: &str = "plots";
+
+/// Scenarios per bounds chart: more would crowd the labels.
+const BARS_PER_CHART: usize = 6;
+/// Heatmaps drawn per run: each diffs two dumps again.
+const MAX_HEATMAPS: usize = 24;
+
+/// One drawn plot; paths are relative to the run folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plot {
+    /// "growth", "reuse", "bounds", "staleness" or "heatmap".
+    pub group: &'static str,
+    pub title: String,
+    pub svg: String,
+    /// `None` when only an SVG exists.
+    pub png: Option<String>,
+}
+
+impl From<PlotError> for ReportError {
+    fn from(e: PlotError) -> Self {
+        ReportError::Invalid { path: e.path, message: format!("cannot draw plot: {}", e.message) }
+    }
+}
+
+/// A file-name stem from a scenario or case name: letters, digits, '-' and '_' kept, everything else '-'.
+pub fn stem(name: &str) -> String {
+    let s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '-' }).collect();
+    let s = s.trim_matches('-').to_string();
+    if s.is_empty() {
+        "plot".into()
+    } else {
+        s
+    }
+}
+
+fn rel(name: &str, ext: &str) -> String {
+    format!("{PLOTS_DIR}/{name}.{ext}")
+}
+
+fn line(dir: &Path, group: &'static str, name: &str, chart: &LineChart) -> Result<Plot, ReportError> {
+    lines::draw(chart, &dir.join(PLOTS_DIR).join(name))?;
+    Ok(Plot { group, title: chart.title.clone(), svg: rel(name, "svg"), png: Some(rel(name, "png")) })
+}
+
+fn growth_charts(scenario: &str, turns: &[GrowthTurn]) -> (LineChart, LineChart) {
+    let reps = turns.first().map_or(0, |t| t.warm.repeats);
+    let cold_reps = turns.first().map_or(0, |t| t.cold.repeats);
+    let wall = LineChart {
+        title: format!("{scenario}: per-turn wall time vs context (median of {reps} warm / {cold_reps} cold)"),
+        x_label: "context length at the turn (prompt tokens)".into(),
+        y_label: "wall time of the turn (ms)".into(),
+        series: vec![
+            Series {
+                name: "warm: reuses its state, prefills the new tail".into(),
+                points: turns.iter().map(|t| (t.context as f64, t.warm.wall_ms)).collect(),
+            },
+            Series {
+                name: "cold: prefills the whole transcript".into(),
+                points: turns.iter().map(|t| (t.context as f64, t.cold.wall_ms)).collect(),
+            },
+        ],
+        y_from_zero: true,
+    };
+    let pct = |a: usize, b: usize| if b > 0 { 100.0 * a as f64 / b as f64 } else { 0.0 };
+    let mut series = vec![Series {
+        name: "warm: reused / prompt tokens".into(),
+        points: turns.iter().map(|t| (t.turn as f64, pct(t.reused, t.context))).collect(),
+    }];
+    if turns.iter().all(|t| t.expected_reuse.is_some()) {
+        series.push(Series {
+            name: "what a correct engine reuses (oracle)".into(),
+            points: turns.iter().map(|t| (t.turn as f64, pct(t.expected_reuse.unwrap_or(0), t.context))).collect(),
+        });
+    }
+    let reuse = LineChart {
+        title: format!("{scenario}: share of the prompt reused, per turn"),
+        x_label: "turn".into(),
+        y_label: "prompt tokens reused (%)".into(),
+        series,
+        y_from_zero: true,
+    };
+    (wall, reuse)
+}
+
+/// Redraw every plot of the run folder `dir`; returns them in the order index.html shows them.
+pub fn draw_run(dir: &Path, summary: &Summary, trials: &[TrialRecord]) -> Result<Vec<Plot>, ReportError> {
+    let out = dir.join(PLOTS_DIR);
+    // A folder reused by a new run must not keep the old run's plots.
+    if out.exists() {
+        std::fs::remove_dir_all(&out).map_err(|source| ReportError::Io { path: out.clone(), source })?;
+    }
+    std::fs::create_dir_all(&out).map_err(|source| ReportError::Io { path: out.clone(), source })?;
+    let mut plots = Vec::new();
+
+    let mut by_scenario: BTreeMap<&str, Vec<&TrialRecord>> = BTreeMap::new();
+    for t in trials {
+        by_scenario.entry(t.scenario.as_str()).or_default().push(t);
+    }
+    for s in &summary.scenarios {
+        let turns = turns_of(by_scenario.get(s.name.as_str()).into_iter().flatten().copied());
+        if turns.is_empty() {
+            continue;
+        }
+        let (wall, reuse) = growth_charts(&s.name, &turns);
+        plots.push(line(dir, "growth", &format!("growth-wall-{}", stem(&s.name)), &wall)?);
+        plots.push(line(dir, "reuse", &format!("growth-reuse-{}", stem(&s.name)), &reuse)?);
+    }
+
+    let bars: Vec<BoundBar> = summary
+        .scenarios
+        .iter()
+        .filter_map(|s| {
+            s.bound.map(|b| BoundBar {
+                scenario: s.name.clone(),
+                failures: b.failures,
+                trials: b.trials,
+                upper: b.upper,
+                limit: s.max_failure_rate,
+            })
+        })
+        .collect();
+    let charts = bars.len().div_ceil(BARS_PER_CHART);
+    for (i, chunk) in bars.chunks(BARS_PER_CHART).enumerate() {
+        let conf = summary.scenarios.iter().find_map(|s| s.bound.map(|b| b.confidence)).unwrap_or(0.95);
+        let part = if charts > 1 { format!(" ({} of {charts})", i + 1) } else { String::new() };
+        let title = format!("failure rate per scenario: observed and {:.0}% upper bound{part}", conf * 100.0);
+        let name = if charts > 1 { format!("bounds-{}", i + 1) } else { "bounds".to_string() };
+        bounds::draw(chunk, &title, &out.join(&name))?;
+        plots.push(Plot { group: "bounds", title, svg: rel(&name, "svg"), png: Some(rel(&name, "png")) });
+    }
+
+    for s in &summary.scenarios {
+        let Some(st) = &s.staleness else { continue };
+        let bars: Vec<BoundBar> = st
+            .contexts
+            .iter()
+            .filter_map(|c| {
+                c.not_fresh_bound.map(|b| BoundBar {
+                    scenario: c.context.clone(),
+                    failures: b.failures,
+                    trials: b.trials,
+                    upper: b.upper,
+                    limit: s.max_failure_rate,
+                })
+            })
+            .collect();
+        if bars.is_empty() {
+            continue;
+        }
+        let title = format!(
+            "{}: stale or corrupt warm replies per context ({:.0}% upper bound)",
+            s.name,
+            st.confidence * 100.0
+        );
+        let name = format!("staleness-{}", stem(&s.name));
+        bounds::draw(&bars, &title, &out.join(&name))?;
+        plots.push(Plot { group: "staleness", title, svg: rel(&name, "svg"), png: Some(rel(&name, "png")) });
+    }
+
+    for (i, (case, rdir)) in trials
+        .iter()
+        .filter_map(|t| t.provenance.as_ref().map(|p| (format!("{} / {}", t.scenario, t.name()), p.dir.clone())))
+        .take(MAX_HEATMAPS)
+        .enumerate()
+    {
+        let src = dir.join(&rdir);
+        let (w, c) = (src.join("warm.safetensors"), src.join("cold.safetensors"));
+        if !(w.is_file() && c.is_file()) {
+            continue;
+        }
+        let d = match (MappedDump::open(&w), MappedDump::open(&c)) {
+            (Ok(a), Ok(b)) => provenance::diff(&a, &b),
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        }
+        .map_err(|e| ReportError::Invalid { path: src.clone(), message: e.to_string() })?;
+        let name = format!("heatmap-{:02}-{}", i + 1, stem(&rdir.replace('/', "-")));
+        let title = format!("warm vs cold state, {case}: log10 max |diff| per row");
+        for ext in ["svg", "png"] {
+            crate::plot::heatmap::draw(&d, &out.join(format!("{name}.{ext}")), &title)?;
+        }
+        plots.push(Plot { group: "heatmap", title, svg: rel(&name, "svg"), png: Some(rel(&name, "png")) });
+    }
+    Ok(plots)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stems_are_file_safe() {
+        assert_eq!(stem("inkling-small growth/1"), "inkling-small-growth-1");
+        assert_eq!(stem("../.."), "plot");
+    }
+}

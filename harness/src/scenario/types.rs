@@ -1,0 +1,603 @@
+//! The scenario file format. Every struct rejects unknown keys; the top level is read by a hand-written visitor
+//! so that `params` is parsed straight into the type its `kind` names and errors keep their line and column.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use kvproof_engines::config::Preset;
+use kvproof_engines::fault::Fault;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
+
+use super::engine_config::ConfigOverrides;
+pub use crate::cases::growth_curve::GrowthParams;
+pub use crate::cases::semantic_staleness::StalenessParams;
+
+/// One scenario file.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Scenario {
+    /// The file it was read from (not part of the JSON).
+    #[serde(skip)]
+    pub path: PathBuf,
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    pub engine: EngineSpec,
+    /// Seeds everything the scenario generates (texts, lengths, orders).
+    pub seed: u64,
+    pub kind: Kind,
+    pub params: Params,
+    #[serde(rename = "assert")]
+    pub assertions: Assertions,
+}
+
+/// The kinds of trial a scenario can ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    BoundaryMatrix,
+    StressPairs,
+    GrowthCurve,
+    SemanticStaleness,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 4] = [Kind::BoundaryMatrix, Kind::StressPairs, Kind::GrowthCurve, Kind::SemanticStaleness];
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::BoundaryMatrix => "boundary-matrix",
+            Kind::StressPairs => "stress-pairs",
+            Kind::GrowthCurve => "growth-curve",
+            Kind::SemanticStaleness => "semantic-staleness",
+        }
+    }
+    pub fn describe(self) -> &'static str {
+        match self {
+            Kind::BoundaryMatrix => "every edge case of the reuse decision, each with its exact expected reuse",
+            Kind::StressPairs => "seeded random conversations; every turn warm vs cold; failure rate bounded",
+            Kind::GrowthCurve => "a growing conversation; per-turn wall time warm vs cold, slopes, speedup vs ideal",
+            Kind::SemanticStaleness => "warm replies classified fresh, stale(context) or corrupt, with bounds",
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The parameters of the scenario's kind.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Params {
+    BoundaryMatrix(BoundaryParams),
+    StressPairs(StressParams),
+    GrowthCurve(GrowthParams),
+    SemanticStaleness(StalenessParams),
+}
+
+impl Params {
+    fn default_for(kind: Kind) -> Params {
+        match kind {
+            Kind::BoundaryMatrix => Params::BoundaryMatrix(BoundaryParams::default()),
+            Kind::StressPairs => Params::StressPairs(StressParams::default()),
+            Kind::GrowthCurve => Params::GrowthCurve(GrowthParams::default()),
+            Kind::SemanticStaleness => Params::SemanticStaleness(StalenessParams::default()),
+        }
+    }
+}
+
+fn default_max_tokens() -> usize {
+    8
+}
+fn yes() -> bool {
+    true
+}
+
+/// `kind: boundary-matrix`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoundaryParams {
+    /// The cases to run; absent means every case the engine's capabilities allow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cases: Option<Vec<CaseName>>,
+    /// Tokens generated per turn (greedy).
+    #[serde(default = "default_max_tokens")]
+    pub max_tokens: usize,
+    #[serde(default)]
+    pub slot: usize,
+}
+
+impl Default for BoundaryParams {
+    fn default() -> Self {
+        BoundaryParams { cases: None, max_tokens: default_max_tokens(), slot: 0 }
+    }
+}
+
+/// The boundary cases of the reuse decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CaseName {
+    /// The next chat turn: prompt + reply + new user text. Reuse is everything fed.
+    Extend,
+    /// The same prompt again: nothing left to prefill, so no reuse.
+    ExactRepeat,
+    /// A prompt shorter than what was fed: the state cannot be rewound.
+    Shorter,
+    /// Longer prompt that differs at the first fed id.
+    DivergeFirst,
+    /// Longer prompt that differs in the middle of what was fed.
+    DivergeMiddle,
+    /// Longer prompt that differs at the last fed id (the off-by-one memcmp boundary).
+    DivergeLast,
+    /// Exactly prompt + reply, plus one id: the last reply id was never fed, so reuse stops before it.
+    PromptReply,
+    /// A conversation longer than the sliding window, continued.
+    WindowWrap,
+    /// A continuation that grows the slot past its initial capacity: the record must survive the growth.
+    CapacityGrowth,
+    /// A turn carrying audio frames (never reused), then a turn after it (tainted: never reused).
+    AudioTaint,
+    /// A prompt past the context limit fails on warm and cold alike; the failed state is never reused.
+    ContextOverflow,
+    /// A request cancelled mid-prefill (at a fixed prefill poll), then a prompt extending it: the half-written
+    /// state is never reused; reuse resumes after the next completed turn.
+    CancelRetry,
+    /// A 20-turn conversation, every turn compared: reuse grows with the context and the state's bytes follow
+    /// its capacity, not the turn count.
+    GrowingConversation,
+    /// Continuations whose fed length sits on a 16-position block boundary and one off either side (deepseek's
+    /// compressed blocks, prefill segments).
+    BlockEdges,
+    /// Divergence at a chunk-grid boundary -2/-1/+0/+1/+2 and at the next two boundaries (glm53).
+    GridDiverge,
+    /// Exact repeats of a prompt just past a grid boundary and of one on it (glm53).
+    GridRepeat,
+    /// Ever shorter prefixes across grid boundaries (glm53).
+    GridShorter,
+    /// A reply that crosses a grid boundary, then the next turn: rows written by decode are never reused (glm53).
+    GridReply,
+    /// Two prompt lengths whose chunks would tile the shared prefix differently if chunking followed the length.
+    GridTiling,
+    /// Two conversations interleaved on slots 0 and 1, each pinned to its slot.
+    Interleave,
+    /// A conversation lands on the slot another one used: only their common opening is reused there.
+    SlotSwitch,
+    /// Requests on empty slots: with cross-slot sharing they adopt another slot's matching prefix.
+    Share,
+}
+
+impl CaseName {
+    pub const ALL: [CaseName; 22] = [
+        CaseName::Extend,
+        CaseName::ExactRepeat,
+        CaseName::Shorter,
+        CaseName::DivergeFirst,
+        CaseName::DivergeMiddle,
+        CaseName::DivergeLast,
+        CaseName::PromptReply,
+        CaseName::WindowWrap,
+        CaseName::CapacityGrowth,
+        CaseName::AudioTaint,
+        CaseName::ContextOverflow,
+        CaseName::CancelRetry,
+        CaseName::GrowingConversation,
+        CaseName::BlockEdges,
+        CaseName::GridDiverge,
+        CaseName::GridRepeat,
+        CaseName::GridShorter,
+        CaseName::GridReply,
+        CaseName::GridTiling,
+        CaseName::Interleave,
+        CaseName::SlotSwitch,
+        CaseName::Share,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CaseName::Extend => "extend",
+            CaseName::ExactRepeat => "exact-repeat",
+            CaseName::Shorter => "shorter",
+            CaseName::DivergeFirst => "diverge-first",
+            CaseName::DivergeMiddle => "diverge-middle",
+            CaseName::DivergeLast => "diverge-last",
+            CaseName::PromptReply => "prompt-reply",
+            CaseName::WindowWrap => "window-wrap",
+            CaseName::CapacityGrowth => "capacity-growth",
+            CaseName::AudioTaint => "audio-taint",
+            CaseName::ContextOverflow => "context-overflow",
+            CaseName::CancelRetry => "cancel-retry",
+            CaseName::GrowingConversation => "growing-conversation",
+            CaseName::BlockEdges => "block-edges",
+            CaseName::GridDiverge => "grid-diverge",
+            CaseName::GridRepeat => "grid-repeat",
+            CaseName::GridShorter => "grid-shorter",
+            CaseName::GridReply => "grid-reply",
+            CaseName::GridTiling => "grid-tiling",
+            CaseName::Interleave => "interleave",
+            CaseName::SlotSwitch => "slot-switch",
+            CaseName::Share => "share",
+        }
+    }
+}
+
+impl fmt::Display for CaseName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `kind: stress-pairs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StressParams {
+    /// Compared (warm, cold) pairs to run; conversations are generated until this many turns are compared.
+    #[serde(default = "default_pairs")]
+    pub pairs: usize,
+    /// Turns per conversation, inclusive range; every turn after the first is compared.
+    #[serde(default = "default_turns")]
+    pub turns: [usize; 2],
+    /// User-message length range in bytes; absent means derived from the engine so that conversations cross
+    /// the sliding window and the initial capacity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_len: Option<[usize; 2]>,
+    #[serde(default = "default_max_tokens")]
+    pub max_tokens: usize,
+    #[serde(default)]
+    pub slot: usize,
+}
+
+fn default_pairs() -> usize {
+    300
+}
+fn default_turns() -> [usize; 2] {
+    [2, 8]
+}
+
+impl Default for StressParams {
+    fn default() -> Self {
+        StressParams {
+            pairs: default_pairs(),
+            turns: default_turns(),
+            user_len: None,
+            max_tokens: default_max_tokens(),
+            slot: 0,
+        }
+    }
+}
+
+fn default_confidence() -> f64 {
+    0.95
+}
+
+/// What the scenario requires beyond "every check passes".
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Assertions {
+    /// The run fails when the one-sided Clopper–Pearson upper bound on the failure rate exceeds this. When set,
+    /// it replaces "no trial may fail" as the verdict of the scenario.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_failure_rate: Option<f64>,
+    /// Confidence of the bound.
+    #[serde(default = "default_confidence")]
+    pub confidence: f64,
+    /// Compare the state through dumps after each compared turn.
+    #[serde(default = "yes")]
+    pub state: bool,
+    /// Run the cold-vs-cold control on every compared turn.
+    #[serde(default = "yes")]
+    pub control: bool,
+    /// growth-curve: the warm per-turn wall time of the last turn over that of turn 2 is at most this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_warm_ratio: Option<f64>,
+    /// growth-curve: the cold ratio is at least this (else the curve cannot tell reuse from no reuse).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_cold_ratio: Option<f64>,
+    /// growth-curve: the prefill speedup is at least this fraction of the ideal (cold / warm prefilled tokens).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_speedup_of_ideal: Option<f64>,
+    /// growth-curve: reused / prompt tokens over turns 2..T is at least this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_reuse_fraction: Option<f64>,
+}
+
+impl Default for Assertions {
+    fn default() -> Self {
+        Assertions {
+            max_failure_rate: None,
+            confidence: default_confidence(),
+            state: true,
+            control: true,
+            max_warm_ratio: None,
+            min_cold_ratio: None,
+            min_speedup_of_ideal: None,
+            min_reuse_fraction: None,
+        }
+    }
+}
+
+/// How a scenario names its engine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "RawEngine", into = "RawEngine")]
+pub enum EngineSpec {
+    /// A bundled engine run in-process; `config` overrides fields of its preset's model config.
+    Bundled { arch: String, preset: Preset, seed: u64, fault: Option<Fault>, config: ConfigOverrides },
+    /// Any command speaking the stdio protocol (docs/protocol.md).
+    Command { command: Vec<String>, timeout_ms: u64 },
+}
+
+fn default_timeout_ms() -> u64 {
+    60_000
+}
+
+impl EngineSpec {
+    /// A short label for tables and logs.
+    pub fn label(&self) -> String {
+        match self {
+            EngineSpec::Bundled { arch, preset, seed, fault, config } => {
+                let mut label = format!("{arch}/{preset}/seed {seed}");
+                if !config.is_empty() {
+                    label.push_str(&format!("/config {}", super::engine_config::describe(config)));
+                }
+                if let Some(f) = fault {
+                    label.push_str(&format!("/fault {f}"));
+                }
+                label
+            }
+            EngineSpec::Command { command, .. } => format!("`{}`", command.join(" ")),
+        }
+    }
+
+    pub fn fault(&self) -> Option<Fault> {
+        match self {
+            EngineSpec::Bundled { fault, .. } => *fault,
+            EngineSpec::Command { .. } => None,
+        }
+    }
+}
+
+/// The engine object as written in the file: one shape for both variants, checked by `TryFrom`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEngine {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    arch: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    preset: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    seed: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fault: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    config: Option<ConfigOverrides>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    command: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    timeout_ms: Option<u64>,
+}
+
+impl TryFrom<RawEngine> for EngineSpec {
+    type Error = String;
+    fn try_from(raw: RawEngine) -> Result<Self, String> {
+        match (raw.arch, raw.command) {
+            (Some(_), Some(_)) => Err("engine: give either `arch` (bundled) or `command` (stdio), not both".into()),
+            (None, None) => Err("engine: missing field `arch` (bundled engine) or `command` (stdio engine)".into()),
+            (Some(arch), None) => {
+                if raw.timeout_ms.is_some() {
+                    return Err("engine: `timeout_ms` applies to `command` engines only".into());
+                }
+                kvproof_engines::bundled::arch(&arch).map_err(|e| format!("engine.arch: {e}"))?;
+                let preset = match raw.preset {
+                    Some(p) => Preset::from_str(&p).map_err(|e| format!("engine.preset: {e}"))?,
+                    None => Preset::Tiny,
+                };
+                let fault = match raw.fault {
+                    Some(name) => {
+                        let f = Fault::from_str(&name).map_err(|e| format!("engine.fault: {e}"))?;
+                        kvproof_engines::bundled::check_fault(&arch, Some(f))
+                            .map_err(|e| format!("engine.fault: {e}"))?;
+                        Some(f)
+                    }
+                    None => None,
+                };
+                let config = raw.config.unwrap_or_default();
+                super::engine_config::model_config(&arch, preset, &config)?;
+                Ok(EngineSpec::Bundled { arch, preset, seed: raw.seed.unwrap_or(0), fault, config })
+            }
+            (None, Some(command)) => {
+                if raw.preset.is_some() || raw.seed.is_some() || raw.fault.is_some() || raw.config.is_some() {
+                    return Err("engine: `preset`, `seed`, `fault` and `config` apply to bundled engines (`arch`) only; \
+                                pass them as arguments of the command"
+                        .into());
+                }
+                if command.is_empty() || command[0].is_empty() {
+                    return Err("engine.command: must name a program".into());
+                }
+                let timeout_ms = raw.timeout_ms.unwrap_or_else(default_timeout_ms);
+                if timeout_ms == 0 {
+                    return Err("engine.timeout_ms: must be positive".into());
+                }
+                Ok(EngineSpec::Command { command, timeout_ms })
+            }
+        }
+    }
+}
+
+impl From<EngineSpec> for RawEngine {
+    fn from(spec: EngineSpec) -> RawEngine {
+        match spec {
+            EngineSpec::Bundled { arch, preset, seed, fault, config } => RawEngine {
+                arch: Some(arch),
+                preset: Some(preset.name().into()),
+                seed: Some(seed),
+                fault: fault.map(|f| f.name().to_string()),
+                config: (!config.is_empty()).then_some(config),
+                ..RawEngine::default()
+            },
+            EngineSpec::Command { command, timeout_ms } => {
+                RawEngine { command: Some(command), timeout_ms: Some(timeout_ms), ..RawEngine::default() }
+            }
+        }
+    }
+}
+
+const FIELDS: &[&str] = &["$schema", "name", "description", "engine", "seed", "kind", "params", "assert"];
+
+impl<'de> Deserialize<'de> for Scenario {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(ScenarioVisitor)
+    }
+}
+
+struct ScenarioVisitor;
+
+fn once<T, E: de::Error>(slot: &mut Option<T>, key: &'static str, value: T) -> Result<(), E> {
+    if slot.is_some() {
+        return Err(E::duplicate_field(key));
+    }
+    *slot = Some(value);
+    Ok(())
+}
+
+impl<'de> Visitor<'de> for ScenarioVisitor {
+    type Value = Scenario;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a scenario object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scenario, A::Error> {
+        let mut name: Option<String> = None;
+        let mut description: Option<String> = None;
+        let mut engine: Option<EngineSpec> = None;
+        let mut seed: Option<u64> = None;
+        let mut kind: Option<Kind> = None;
+        let mut params: Option<Params> = None;
+        let mut assertions: Option<Assertions> = None;
+        let mut schema: Option<String> = None;
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "$schema" => once(&mut schema, "$schema", map.next_value()?)?,
+                "name" => once(&mut name, "name", map.next_value()?)?,
+                "description" => once(&mut description, "description", map.next_value()?)?,
+                "engine" => once(&mut engine, "engine", map.next_value()?)?,
+                "seed" => once(&mut seed, "seed", map.next_value()?)?,
+                "kind" => once(&mut kind, "kind", map.next_value()?)?,
+                "params" => {
+                    // Parsed straight into the kind's type: errors inside keep their exact position.
+                    let Some(k) = kind else {
+                        return Err(de::Error::custom("`kind` must come before `params`"));
+                    };
+                    let p = match k {
+                        Kind::BoundaryMatrix => Params::BoundaryMatrix(map.next_value()?),
+                        Kind::StressPairs => Params::StressPairs(map.next_value()?),
+                        Kind::GrowthCurve => Params::GrowthCurve(map.next_value()?),
+                        Kind::SemanticStaleness => Params::SemanticStaleness(map.next_value()?),
+                    };
+                    once(&mut params, "params", p)?;
+                }
+                "assert" => once(&mut assertions, "assert", map.next_value()?)?,
+                other => return Err(de::Error::unknown_field(other, FIELDS)),
+            }
+        }
+        let name = name.ok_or_else(|| de::Error::missing_field("name"))?;
+        if name.trim().is_empty() {
+            return Err(de::Error::custom("`name` must not be empty"));
+        }
+        let engine = engine.ok_or_else(|| de::Error::missing_field("engine"))?;
+        let kind = kind.ok_or_else(|| de::Error::missing_field("kind"))?;
+        let params = params.unwrap_or_else(|| Params::default_for(kind));
+        let assertions = assertions.unwrap_or_default();
+        validate(&params, &assertions).map_err(de::Error::custom)?;
+        Ok(Scenario {
+            path: PathBuf::new(),
+            name,
+            description,
+            engine,
+            seed: seed.unwrap_or(0),
+            kind,
+            params,
+            assertions,
+        })
+    }
+}
+
+pub const MAX_TOKENS: usize = 65_536;
+pub const MAX_PAIRS: usize = 1_000_000;
+pub const MAX_TURNS: usize = 256;
+pub const MAX_USER_LEN: usize = 1 << 20;
+
+/// Range checks serde cannot express.
+fn validate(params: &Params, a: &Assertions) -> Result<(), String> {
+    if !(a.confidence > 0.0 && a.confidence < 1.0) {
+        return Err(format!("assert.confidence: {} is not in (0, 1)", a.confidence));
+    }
+    if let Some(r) = a.max_failure_rate {
+        if !(0.0..1.0).contains(&r) {
+            return Err(format!("assert.max_failure_rate: {r} is not in [0, 1)"));
+        }
+    }
+    // Upper limits keep every size the cases derive from them far from integer overflow.
+    let max_tokens = |m: usize| {
+        if m == 0 || m > MAX_TOKENS {
+            Err(format!("params.max_tokens: {m} is not in 1..={MAX_TOKENS}"))
+        } else {
+            Ok(())
+        }
+    };
+    match params {
+        Params::BoundaryMatrix(p) => {
+            max_tokens(p.max_tokens)?;
+            if let Some(cases) = &p.cases {
+                if cases.is_empty() {
+                    return Err("params.cases: must list at least one case (or be left out for all)".into());
+                }
+            }
+        }
+        Params::StressPairs(p) => {
+            max_tokens(p.max_tokens)?;
+            if p.pairs == 0 || p.pairs > MAX_PAIRS {
+                return Err(format!("params.pairs: {} is not in 1..={MAX_PAIRS}", p.pairs));
+            }
+            let [lo, hi] = p.turns;
+            if lo < 2 || lo > hi || hi > MAX_TURNS {
+                return Err(format!("params.turns: [{lo}, {hi}] must satisfy 2 <= min <= max <= {MAX_TURNS}"));
+            }
+            if let Some([lo, hi]) = p.user_len {
+                if lo == 0 || lo > hi || hi > MAX_USER_LEN {
+                    return Err(format!(
+                        "params.user_len: [{lo}, {hi}] must satisfy 1 <= min <= max <= {MAX_USER_LEN}"
+                    ));
+                }
+            }
+        }
+        Params::GrowthCurve(p) => crate::cases::growth_curve::validate(p)?,
+        Params::SemanticStaleness(p) => crate::cases::semantic_staleness::validate(p)?,
+    }
+    validate_growth_assertions(params, a)
+}
+
+/// The growth assertions belong to growth curves only, and each must be a positive finite number.
+fn validate_growth_assertions(params: &Params, a: &Assertions) -> Result<(), String> {
+    let set = [
+        ("max_warm_ratio", a.max_warm_ratio),
+        ("min_cold_ratio", a.min_cold_ratio),
+        ("min_speedup_of_ideal", a.min_speedup_of_ideal),
+        ("min_reuse_fraction", a.min_reuse_fraction),
+    ];
+    for (name, v) in set {
+        let Some(v) = v else { continue };
+        if !matches!(params, Params::GrowthCurve(_)) {
+            return Err(format!("assert.{name}: applies to kind growth-curve only"));
+        }
+        if !(v.is_finite() && v > 0.0) {
+            return Err(format!("assert.{name}: {v} must be a positive number"));
+        }
+        if name == "min_reuse_fraction" && v > 1.0 {
+            return Err(format!("assert.{name}: {v} is not in (0, 1]"));
+        }
+    }
+    Ok(())
+}
