@@ -134,6 +134,19 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Append finished run folders' headline numbers to the nightly history CSV and redraw its trend plots.
+    #[command(after_help = EXIT_CODES)]
+    History {
+        /// Run folders to record (none: only redraw the plots).
+        #[arg(value_name = "RUN_DIR")]
+        runs: Vec<PathBuf>,
+        /// The history folder (history.csv, trend plots, index.html).
+        #[arg(long, value_name = "DIR", default_value = "reports/history")]
+        dir: PathBuf,
+        /// What was tested, e.g. the commit; stored with every row.
+        #[arg(long, default_value = "")]
+        label: String,
+    },
 }
 
 /// `--fault`: a fault, or `none`.
@@ -226,6 +239,21 @@ pub fn main(cli: Cli) -> Result<i32> {
             kvproof_engines::fixture::write_dir(&arch, preset, seed, &out)
                 .with_context(|| format!("writing the {arch}/{preset} fixture to {}", out.display()))?;
             println!("wrote {arch}/{preset} seed {seed} to {}", out.display());
+            Ok(exit::PASS)
+        }
+        Cmd::History { runs, dir, label } => {
+            let csv = dir.join(kvproof::history::HISTORY_CSV);
+            for run in &runs {
+                let rows = kvproof::history::headline(run, &label)?;
+                let added = kvproof::history::append(&csv, &rows)?;
+                if added == 0 {
+                    println!("{}: already recorded in {}", run.display(), csv.display());
+                } else {
+                    println!("{}: {added} numbers appended to {}", run.display(), csv.display());
+                }
+            }
+            let drawn = kvproof::history::plot(&dir)?;
+            println!("{} trend plot(s) in {}", drawn.len(), dir.display());
             Ok(exit::PASS)
         }
         Cmd::Report { dir } => {

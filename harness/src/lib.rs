@@ -14,6 +14,7 @@ pub mod cases;
 pub mod check;
 pub mod conversation;
 pub mod driver;
+pub mod history;
 pub mod investigate;
 pub mod mutants;
 pub mod oracle;

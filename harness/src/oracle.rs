@@ -48,9 +48,13 @@ impl SlotHistory {
 /// How a request ended, as far as the state is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome<'a> {
-    Completed { reply: &'a [u32] },
+    Completed {
+        reply: &'a [u32],
+    },
     /// Refused or failed with this protocol error code (`DriverError::code`).
-    Failed { code: &'a str },
+    Failed {
+        code: &'a str,
+    },
 }
 
 /// Whether a request that failed with `code` touched the state. Cancelled and context-exceeded requests fail
@@ -358,10 +362,11 @@ mod tests {
         let share = Rule::CommonPrefix { share: true };
         let mut book = SlotBook::new(share);
         let a = ids(0..20);
-        book.after(&on(0, &a), Outcome::Completed { reply: &[50, 51] }); // slot 0 fed 0..20, 50
+        // slot 0 fed 0..20, 50; slot 1 fed 0..8, 70..73
+        book.after(&on(0, &a), Outcome::Completed { reply: &[50, 51] });
         let mut b = ids(0..8);
         b.extend([70, 71, 72]);
-        book.after(&on(1, &b), Outcome::Completed { reply: &[60] }); // slot 1 fed 0..8, 70..73
+        book.after(&on(1, &b), Outcome::Completed { reply: &[60] });
         // slot 2 is fresh: it copies the longest match (slot 0, 12 ids)
         let mut c = ids(0..12);
         c.extend([99, 98]);

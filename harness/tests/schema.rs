@@ -206,6 +206,8 @@ fn schema_and_loader_agree_on_good_and_bad_documents() {
             "assert": {"max_failure_rate": 0.01, "confidence": 0.9, "state": false, "control": true}}"#,
         r#"{"$schema": "../schema.json", "name": "a", "description": "d", "seed": 4,
             "engine": {"command": ["x", "--y"], "timeout_ms": 100}, "kind": "stress-pairs"}"#,
+        r#"{"name": "a", "engine": {"arch": "glm", "config": {"kv_share": true}}, "kind": "boundary-matrix",
+            "params": {"cases": ["share", "grid-diverge", "cancel-retry"]}}"#,
     ];
     for g in good {
         let doc: Value = serde_json::from_str(g).expect("json");
@@ -219,6 +221,8 @@ fn schema_and_loader_agree_on_good_and_bad_documents() {
         r#"{"name": "a", "engine": {"arch": "inkling"}, "kind": "boundary-matrix", "params": {"pairs": 3}}"#,
         r#"{"name": "a", "engine": {"arch": "inkling", "command": ["x"]}, "kind": "boundary-matrix"}"#,
         r#"{"name": "a", "engine": {"command": ["x"], "seed": 1}, "kind": "boundary-matrix"}"#,
+        r#"{"name": "a", "engine": {"command": ["x"], "config": {"kv_share": true}}, "kind": "boundary-matrix"}"#,
+        r#"{"name": "a", "engine": {"arch": "glm", "config": 3}, "kind": "boundary-matrix"}"#,
         r#"{"name": "a", "engine": {"command": []}, "kind": "boundary-matrix"}"#,
         r#"{"name": "a", "engine": {"arch": "inkling", "preset": "huge"}, "kind": "boundary-matrix"}"#,
         r#"{"name": "a", "engine": {"arch": "inkling"}, "kind": "growth"}"#,

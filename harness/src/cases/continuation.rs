@@ -58,7 +58,11 @@ pub fn block_edges(m: usize, rng: &mut SplitMix64) -> Vec<Step> {
         Step::setup(format!("fed {}", 2 * BLOCK), first_turn(rng, 2 * BLOCK), 1),
         Step::compared(format!("from {} (fed {})", 2 * BLOCK, 3 * BLOCK - 1), to(3 * BLOCK - 1), 1),
         Step::compared(format!("from {} (fed {})", 3 * BLOCK - 1, 4 * BLOCK + 1), to(4 * BLOCK + 1), 1),
-        Step::compared(format!("from {}", 4 * BLOCK + 1), PromptSpec::Extend { tail: Tail::Ids(random_text(rng, 6)) }, m),
+        Step::compared(
+            format!("from {}", 4 * BLOCK + 1),
+            PromptSpec::Extend { tail: Tail::Ids(random_text(rng, 6)) },
+            m,
+        ),
     ]
 }
 

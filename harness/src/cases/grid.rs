@@ -54,8 +54,10 @@ pub fn reply(g: usize, m: usize, rng: &mut SplitMix64) -> Vec<Step> {
     let mut steps = Vec::new();
     for (thread, (len, replies)) in [(2 * g - 2, 6), (2 * g, 20), (2 * g + g / 2, 4)].into_iter().enumerate() {
         let name = char::from(b'A' + thread as u8);
-        steps.push(Step::setup(format!("{name}: {len} ids + {replies} replies"), first_turn(rng, len), replies)
-            .in_thread(thread));
+        steps.push(
+            Step::setup(format!("{name}: {len} ids + {replies} replies"), first_turn(rng, len), replies)
+                .in_thread(thread),
+        );
         steps.push(Step::compared(format!("{name}: next turn"), user(rng, 6), m).in_thread(thread));
     }
     steps

@@ -1,8 +1,9 @@
 //! Kind `growth-curve`: one conversation of T turns, each adding a user message of fixed length and a reply of
 //! fixed length (replies ignore eos), so the per-turn work a reusing engine does stays the same while the
-//! transcript grows. Every turn runs on `repeats` warm instances (each living through the whole conversation) and
-//! on `cold_repeats` fresh instances given the whole transcript; the medians go into the report
-//! (`report::growth`). Requests run one at a time — the numbers are wall times.
+//! transcript grows. The conversation runs `repeats` times, each pass on its own warm instance, and every turn
+//! also runs `cold_repeats` times on a fresh instance given the whole transcript; per turn, the medians go into
+//! the report (`report::growth`). Requests run one at a time — the numbers are wall times — and the passes follow
+//! one another, so a burst of load from another process spoils one repeat of a turn, not all of them.
 
 use kvproof_engines::engine::{EngineInfo, Request, Sampling};
 use kvproof_engines::rng::SplitMix64;
@@ -11,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::{plan_seed, Plan, Skipped, Step};
 use crate::check::{self, reuse, tokens, CheckName, CheckResult};
 use crate::conversation::{random_text, Conversation, PromptSpec};
-use crate::driver::{Driver, DriverError, Generation};
+use crate::driver::{DriverError, Generation};
 use crate::oracle::{self, fed_ids, Outcome, SlotBook};
 use crate::progress::Progress;
 use crate::report::growth::{GrowthTurn, Run, Timing};
@@ -220,6 +221,14 @@ impl Turn<'_> {
     }
 }
 
+/// One turn as pass 0 built it: the request every pass sends, and what the oracle expects of it.
+struct Planned {
+    req: Request,
+    expected: Result<usize, String>,
+    /// Prompt tokens beyond what the previous turn fed.
+    new_tokens: usize,
+}
+
 fn run_plan(
     p: &Prepared<'_>,
     params: &GrowthParams,
@@ -232,98 +241,130 @@ fn run_plan(
     let mut out = Vec::new();
     let launcher = p.launcher.as_ref();
     let mut book = oracle::rule_for(launcher.info(), launcher.caps()).map(SlotBook::new);
-    let mut warms: Vec<Box<dyn Driver>> = Vec::with_capacity(params.repeats);
-    for _ in 0..params.repeats {
-        match launcher.launch() {
-            Ok(w) => warms.push(w),
-            Err(e) => {
-                ctx.abandon(0, &format!("warm instance: {e}"), e.stderr_tail(), progress, &mut out);
-                return out;
-            }
-        }
-    }
+    let no_rule = format!("the harness has no reuse rule for arch `{}`", launcher.info().arch);
+    let turns = plan.steps.len();
+    let passes = params.repeats.max(params.cold_repeats);
     let mut conv = Conversation::new(plan.seed, 0);
+    let mut planned: Vec<Planned> = Vec::with_capacity(turns);
     let mut fed_before = 0usize;
+    // runs[turn] = (warm runs, cold runs), one of each per pass
+    let mut runs: Vec<(Vec<Generation>, Vec<Generation>)> = (0..turns).map(|_| (Vec::new(), Vec::new())).collect();
 
-    for (si, step) in plan.steps.iter().enumerate() {
-        let (prepared, pending) = match conv.prepare(&step.prompt) {
-            Ok(x) => x,
-            Err(why) => {
-                ctx.abandon(si, &format!("cannot build the prompt: {why}"), None, progress, &mut out);
-                return out;
+    // Each pass is a whole conversation on its own warm instance. Passes follow one another, so the repeats of a
+    // turn are minutes apart: a burst of load from another process slows one repeat of a turn, not all of them,
+    // and the median discards it.
+    for pass in 0..passes {
+        let mut warm = if pass < params.repeats {
+            match launcher.launch() {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    ctx.abandon(0, &format!("warm instance #{}: {e}", pass + 1), e.stderr_tail(), progress, &mut out);
+                    return out;
+                }
             }
+        } else {
+            None
         };
-        let req = Request {
-            id: si as u64 * 100,
-            slot: plan.slot,
-            prompt: prepared.prompt.clone(),
-            audio: Vec::new(),
-            max_tokens: step.max_tokens,
-            sampling: Sampling::default(),
-            logprobs: 0,
-            // fixed-length replies: every turn adds the same work
-            ignore_eos: true,
-        };
-        let expected: Result<usize, String> = match &book {
-            Some(b) => Ok(b.expected(&req)),
-            None => Err(format!("the harness has no reuse rule for arch `{}`", launcher.info().arch)),
-        };
-        let prompt_len = req.prompt.len();
-
-        // Interleave warm and cold repeats, alternating which goes first, so drift hits both sides alike.
-        let mut warm_runs: Vec<Generation> = Vec::with_capacity(params.repeats);
-        let mut cold_runs: Vec<Generation> = Vec::with_capacity(params.cold_repeats);
-        let mut failure: Option<(String, Option<String>)> = None;
-        for k in 0..params.repeats.max(params.cold_repeats) {
-            let warm_first = (si + k) % 2 == 0;
-            for side in if warm_first { [true, false] } else { [false, true] } {
+        for si in 0..turns {
+            let mut open_turn = None;
+            if pass == 0 {
+                // Pass 0 builds the transcript from its own replies; later passes send the same requests.
+                let (prepared, pending) = match conv.prepare(&plan.steps[si].prompt) {
+                    Ok(x) => x,
+                    Err(why) => {
+                        ctx.abandon(0, &format!("cannot build the prompt: {why}"), None, progress, &mut out);
+                        return out;
+                    }
+                };
+                let req = Request {
+                    id: si as u64 * 100,
+                    slot: plan.slot,
+                    prompt: prepared.prompt.clone(),
+                    audio: Vec::new(),
+                    max_tokens: plan.steps[si].max_tokens,
+                    sampling: Sampling::default(),
+                    logprobs: 0,
+                    // fixed-length replies: every turn adds the same work
+                    ignore_eos: true,
+                };
+                let expected = book.as_ref().map(|b| b.expected(&req)).ok_or_else(|| no_rule.clone());
+                let new_tokens = req.prompt.len().saturating_sub(fed_before);
+                planned.push(Planned { req, expected, new_tokens });
+                // the transcript goes on once this turn's warm reply is known (below)
+                open_turn = Some((prepared, pending));
+            }
+            let req = &planned[si].req;
+            let prompt_len = req.prompt.len();
+            let warm_first = (si + pass) % 2 == 0;
+            let mut failure: Option<(String, Option<String>)> = None;
+            for side_warm in if warm_first { [true, false] } else { [false, true] } {
                 if failure.is_some() {
                     break;
                 }
-                if side && k < params.repeats {
-                    let r = Request { id: req.id + 2 * k as u64 + 1, ..req.clone() };
-                    let res = warms[k].generate(&r);
-                    ctx.row(si, "warm", k, prompt_len, &res);
+                if side_warm {
+                    let Some(w) = warm.as_mut() else { continue };
+                    let r = Request { id: req.id + 2 * pass as u64 + 1, ..req.clone() };
+                    let res = w.generate(&r);
+                    ctx.row(si, "warm", pass, prompt_len, &res);
                     match res {
-                        Ok(g) => warm_runs.push(g),
-                        Err(e) => failure = Some((format!("warm #{}: {e}", k + 1), e.stderr_tail().map(String::from))),
+                        Ok(g) => runs[si].0.push(g),
+                        Err(e) => {
+                            failure = Some((format!("warm #{}: {e}", pass + 1), e.stderr_tail().map(String::from)))
+                        }
                     }
-                } else if !side && k < params.cold_repeats {
-                    let r = Request { id: req.id + 2 * k as u64 + 2, ..req.clone() };
+                } else if pass < params.cold_repeats {
+                    let r = Request { id: req.id + 2 * pass as u64 + 2, ..req.clone() };
                     let res = launcher.launch().and_then(|mut c| c.generate(&r));
-                    ctx.row(si, "cold", k, prompt_len, &res);
+                    ctx.row(si, "cold", pass, prompt_len, &res);
                     match res {
-                        Ok(g) => cold_runs.push(g),
-                        Err(e) => failure = Some((format!("cold #{}: {e}", k + 1), e.stderr_tail().map(String::from))),
+                        Ok(g) => runs[si].1.push(g),
+                        Err(e) => {
+                            failure = Some((format!("cold #{}: {e}", pass + 1), e.stderr_tail().map(String::from)))
+                        }
                     }
                 }
             }
+            if let Some((why, tail)) = failure {
+                // A curve with a hole measures nothing: the whole conversation is reported as not run.
+                ctx.abandon(0, &format!("turn {}: {why}", si + 1), tail.as_deref(), progress, &mut out);
+                return out;
+            }
+            if pass == 0 {
+                let reply = runs[si].0[0].tokens.clone();
+                if let Some(b) = book.as_mut() {
+                    b.after(req, Outcome::Completed { reply: &reply });
+                }
+                fed_before = fed_ids(&req.prompt, &reply).len();
+                if let Some((prepared, pending)) = open_turn {
+                    conv.finish(&prepared, pending, Some(&reply));
+                }
+            }
         }
-        if let Some((why, tail)) = failure {
-            // A curve with a hole measures nothing: the rest of the conversation is abandoned.
-            ctx.abandon(si, &why, tail.as_deref(), progress, &mut out);
-            return out;
-        }
+    }
 
+    for (si, (warm_runs, cold_runs)) in runs.iter().enumerate() {
+        let pl = &planned[si];
+        let prompt_len = pl.req.prompt.len();
         let w0 = &warm_runs[0];
         let reused = w0.reused.unwrap_or(0);
         let mut record = ctx.record(si);
         record.warm_first = si % 2 == 0;
         record.prompt_tokens = prompt_len;
-        record.expected_reuse = expected.as_ref().ok().copied();
+        record.expected_reuse = pl.expected.as_ref().ok().copied();
         record.reused = w0.reused;
         record.warm_reply = w0.tokens.clone();
         record.cold_reply = cold_runs[0].tokens.clone();
-        record.checks = checks(expected, &warm_runs, &cold_runs);
+        record.checks = checks(pl.expected.clone(), warm_runs, cold_runs);
         record.divergence = tokens::first_divergence(w0, &cold_runs[0]);
         record.verdict = check::verdict(&record.checks);
-        let warm = Timing::from_runs(prompt_len - reused.min(prompt_len), &warm_runs.iter().map(run_of).collect::<Vec<_>>());
-        let cold = Timing::from_runs(prompt_len, &cold_runs.iter().map(run_of).collect::<Vec<_>>());
+        let side = |v: &[Generation]| v.iter().map(run_of).collect::<Vec<_>>();
+        let warm = Timing::from_runs(prompt_len - reused.min(prompt_len), &side(warm_runs));
+        let cold = Timing::from_runs(prompt_len, &side(cold_runs));
         record.timings = TrialTimings { warm_ms: Some(warm.wall_ms), cold_ms: Some(cold.wall_ms), control_ms: None };
         record.growth = Some(GrowthTurn {
             turn: si + 1,
             context: prompt_len,
-            new_tokens: prompt_len.saturating_sub(fed_before),
+            new_tokens: pl.new_tokens,
             reused,
             expected_reuse: record.expected_reuse,
             emitted: w0.tokens.len(),
@@ -333,12 +374,6 @@ fn run_plan(
         sink.trial(&record);
         out.push(record);
         progress.inc(1);
-
-        if let Some(b) = book.as_mut() {
-            b.after(&req, Outcome::Completed { reply: &w0.tokens });
-        }
-        fed_before = fed_ids(&req.prompt, &w0.tokens).len();
-        conv.finish(&prepared, pending, Some(&w0.tokens));
     }
     out
 }

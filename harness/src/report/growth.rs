@@ -120,19 +120,23 @@ pub struct GrowthStats {
     pub context_last: usize,
     /// context_last / context_first.
     pub context_growth: f64,
+    /// Median wall time of the first and the last turn.
     pub warm_first_ms: f64,
     pub warm_last_ms: f64,
-    /// warm_last_ms / warm_first_ms: flat is 1.
+    /// The last/first ratio of the least-squares line of warm per-turn wall time against context length: flat is
+    /// 1. The line goes through every turn, so one turn slowed by another process moves it little; this is the
+    /// ratio the assertions use.
     pub warm_ratio: f64,
+    /// warm_last_ms / warm_first_ms (two single turns: noisier).
+    pub warm_raw_ratio: f64,
     pub cold_first_ms: f64,
     pub cold_last_ms: f64,
+    /// cold_last_ms / cold_first_ms. Cold cost is convex in the context (attention over the whole transcript) and
+    /// its growth dwarfs the noise, so the turns' own medians are used rather than a line.
     pub cold_ratio: f64,
     /// Least-squares slope of per-turn wall time against context length, in ms per 1000 tokens of context.
     pub warm_slope_ms_per_ktok: f64,
     pub cold_slope_ms_per_ktok: f64,
-    /// The fitted lines' last/first ratio (less sensitive to one noisy turn than the raw ratio).
-    pub warm_fit_ratio: f64,
-    pub cold_fit_ratio: f64,
     /// Reused / prompt tokens, summed over the turns.
     pub reuse_fraction: f64,
     /// Cold prefilled tokens / warm prefilled tokens, summed over the turns: the speedup if prefill time were
@@ -173,12 +177,15 @@ pub fn analyze(turns: &[GrowthTurn], a: &Assertions) -> Result<GrowthStats, Stri
     let warm_pts: Vec<(f64, f64)> = cmp.iter().map(|t| (t.context as f64, t.warm.wall_ms)).collect();
     let cold_pts: Vec<(f64, f64)> = cmp.iter().map(|t| (t.context as f64, t.cold.wall_ms)).collect();
     let fit = |pts: &[(f64, f64)]| {
-        let (slope, icpt) = least_squares(pts).unwrap_or((0.0, 0.0));
+        let raw = ratio(pts[pts.len() - 1].1, pts[0].1);
+        let Some((slope, icpt)) = least_squares(pts) else { return (0.0, raw) };
         let at = |x: usize| icpt + slope * x as f64;
-        (slope * 1000.0, ratio(at(last.context), at(first.context)))
+        // A line that is not positive at the first turn says nothing about a ratio: fall back to the raw one.
+        let fitted = if at(first.context) > 0.0 { ratio(at(last.context), at(first.context)) } else { raw };
+        (slope * 1000.0, fitted)
     };
     let (warm_slope, warm_fit) = fit(&warm_pts);
-    let (cold_slope, cold_fit) = fit(&cold_pts);
+    let (cold_slope, _) = fit(&cold_pts);
     let sum = |f: fn(&GrowthTurn) -> f64| cmp.iter().map(|t| f(t)).sum::<f64>();
     let ideal = ratio(sum(|t| t.cold.prefilled as f64), sum(|t| t.warm.prefilled as f64).max(1.0));
     let prefill_speedup = ratio(sum(|t| t.cold.prefill_ms), sum(|t| t.warm.prefill_ms));
@@ -189,14 +196,13 @@ pub fn analyze(turns: &[GrowthTurn], a: &Assertions) -> Result<GrowthStats, Stri
         context_growth: ratio(last.context as f64, first.context as f64),
         warm_first_ms: first.warm.wall_ms,
         warm_last_ms: last.warm.wall_ms,
-        warm_ratio: ratio(last.warm.wall_ms, first.warm.wall_ms),
+        warm_ratio: warm_fit,
+        warm_raw_ratio: ratio(last.warm.wall_ms, first.warm.wall_ms),
         cold_first_ms: first.cold.wall_ms,
         cold_last_ms: last.cold.wall_ms,
         cold_ratio: ratio(last.cold.wall_ms, first.cold.wall_ms),
         warm_slope_ms_per_ktok: warm_slope,
         cold_slope_ms_per_ktok: cold_slope,
-        warm_fit_ratio: warm_fit,
-        cold_fit_ratio: cold_fit,
         reuse_fraction: ratio(sum(|t| t.reused as f64), sum(|t| t.context as f64)),
         ideal_speedup: ideal,
         prefill_speedup,
@@ -216,7 +222,10 @@ fn violations(s: &GrowthStats, a: &Assertions) -> Vec<String> {
     );
     if let Some(max) = a.max_warm_ratio {
         if s.warm_ratio > max {
-            v.push(format!("warm per-turn wall time grew {:.2}x {span}; at most {max}x allowed", s.warm_ratio));
+            v.push(format!(
+                "warm per-turn wall time grew {:.2}x (least-squares line; raw {:.2}x) {span}; at most {max}x allowed",
+                s.warm_ratio, s.warm_raw_ratio
+            ));
         }
     }
     if let Some(min) = a.min_cold_ratio {
@@ -278,6 +287,34 @@ pub fn assess(trials: &[&TrialRecord], a: &Assertions) -> (Option<GrowthStats>, 
         Err(why) if asserted(a) => (None, vec![format!("growth assertions not evaluated: {why}")]),
         Err(_) => (None, Vec::new()),
     }
+}
+
+/// Whether a growth scenario's assertions failed.
+pub fn failed(s: Option<&GrowthStats>) -> bool {
+    s.is_some_and(|g| !g.violations.is_empty())
+}
+
+/// The JUnit testcase of a growth scenario's assertions (with the measured numbers in its name's suite).
+pub fn junit_case(scenario: &str, s: &GrowthStats) -> String {
+    let esc = super::junit::escape;
+    let head = format!(
+        "    <testcase classname=\"{}\" name=\"growth assertions (warm {:.2}x, cold {:.2}x over {:.1}x context, \
+         {:.0}% of ideal speedup, {:.1}% reused)\"",
+        esc(scenario),
+        s.warm_ratio,
+        s.cold_ratio,
+        s.context_growth,
+        100.0 * s.speedup_of_ideal,
+        100.0 * s.reuse_fraction
+    );
+    if s.violations.is_empty() {
+        return format!("{head}/>\n");
+    }
+    format!(
+        "{head}>\n      <failure message=\"{}\">{}</failure>\n    </testcase>\n",
+        esc(&s.violations[0]),
+        esc(&s.violations.join("\n"))
+    )
 }
 
 #[derive(Serialize)]
@@ -364,22 +401,25 @@ pub fn markdown(rows: &[(&str, &GrowthStats)]) -> String {
     }
     md.push_str(
         "\n## Growth curves\n\nPer-turn wall time (median of repeats) from turn 2, the first turn with something to \
-         reuse, to the last.\n\n| scenario | context (tokens) | warm ms (last/first) | cold ms (last/first) | slope \
-         warm / cold (ms per 1k tokens) | reused | prefill speedup / ideal | assertions |\n\
+         reuse, to the last. The warm ratio is last/first of the least-squares line of wall time against context \
+         (raw last/first of the two turns' medians in brackets); the cold ratio is last/first of the medians.\n\n\
+         | scenario | context (tokens) | warm ms, ratio | cold ms, ratio | slope warm / cold (ms per 1k tokens) | \
+         reused | prefill speedup / ideal | assertions |\n\
          |---|---|---|---|---|---|---|---|\n",
     );
     for (name, s) in rows {
         let verdict = if s.violations.is_empty() { "pass".to_string() } else { "**FAIL**".to_string() };
         let _ = writeln!(
             md,
-            "| {name} | {} → {} ({:.1}x) | {:.0} → {:.0} ({:.2}x) | {:.0} → {:.0} ({:.2}x) | {:.1} / {:.1} | {:.1}% | \
-             {:.2}x / {:.2}x ({:.0}%) | {verdict} |",
+            "| {name} | {} → {} ({:.1}x) | {:.0} → {:.0}, **{:.2}x** ({:.2}x) | {:.0} → {:.0}, **{:.2}x** | \
+             {:.1} / {:.1} | {:.1}% | {:.2}x / {:.2}x ({:.0}%) | {verdict} |",
             s.context_first,
             s.context_last,
             s.context_growth,
             s.warm_first_ms,
             s.warm_last_ms,
             s.warm_ratio,
+            s.warm_raw_ratio,
             s.cold_first_ms,
             s.cold_last_ms,
             s.cold_ratio,

@@ -146,17 +146,19 @@ fn growth_rows(html: &mut String, summary: &Summary) {
     }
     html.push_str(
         "<h2>Growth curves</h2><p>Per-turn wall time (median of repeats) from turn 2, the first turn with something \
-         to reuse, to the last. Slopes are least-squares fits of wall time against context length.</p>\n<table><tr>\
-         <th>scenario</th><th>context (tokens)</th><th>warm ms, last/first</th><th>cold ms, last/first</th>\
+         to reuse, to the last. The warm ratio is last/first of the least-squares line of wall time against context \
+         (raw last/first of the two turns in brackets); the cold ratio is last/first of the medians; slopes are \
+         least-squares.</p>\n<table><tr>\
+         <th>scenario</th><th>context (tokens)</th><th>warm ms, fitted ratio (raw)</th><th>cold ms, ratio</th>\
          <th>slope warm / cold (ms per 1k tokens)</th><th>reused</th><th>prefill speedup / ideal</th>\
          <th>wall speedup</th><th>assertions</th></tr>\n",
     );
     for (s, g) in rows {
         let _ = writeln!(
             html,
-            "<tr><td>{}</td><td>{} → {} ({:.1}x)</td><td>{:.0} → {:.0} (<b>{:.2}x</b>)</td><td>{:.0} → {:.0} \
-             (<b>{:.2}x</b>)</td><td>{:.1} / {:.1}</td><td>{:.1}%</td><td>{:.2}x / {:.2}x ({:.0}%)</td><td>{:.2}x</td>\
-             <td>{}</td></tr>",
+            "<tr><td>{}</td><td>{} → {} ({:.1}x)</td><td>{:.0} → {:.0}, <b>{:.2}x</b> ({:.2}x)</td><td>{:.0} → {:.0}, \
+             <b>{:.2}x</b></td><td>{:.1} / {:.1}</td><td>{:.1}%</td><td>{:.2}x / {:.2}x ({:.0}%)</td>\
+             <td>{:.2}x</td><td>{}</td></tr>",
             esc(&s.name),
             g.context_first,
             g.context_last,
@@ -164,6 +166,7 @@ fn growth_rows(html: &mut String, summary: &Summary) {
             g.warm_first_ms,
             g.warm_last_ms,
             g.warm_ratio,
+            g.warm_raw_ratio,
             g.cold_first_ms,
             g.cold_last_ms,
             g.cold_ratio,

@@ -32,11 +32,19 @@ fn seconds(t: &TrialRecord) -> f64 {
 
 pub fn render(summary: &Summary, trials: &[TrialRecord]) -> String {
     let mut x = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    let tests: usize = summary.scenarios.iter().map(|s| s.trials + usize::from(s.max_failure_rate.is_some())).sum();
+    let tests: usize = summary
+        .scenarios
+        .iter()
+        .map(|s| s.trials + usize::from(s.max_failure_rate.is_some()) + usize::from(s.growth.is_some()))
+        .sum();
     let failures: usize = summary
         .scenarios
         .iter()
-        .map(|s| s.failed + usize::from(s.checks.get(&crate::check::CheckName::Rate).is_some_and(|c| c.fail > 0)))
+        .map(|s| {
+            s.failed
+                + usize::from(s.checks.get(&crate::check::CheckName::Rate).is_some_and(|c| c.fail > 0))
+                + usize::from(super::growth::failed(s.growth.as_ref()))
+        })
         .sum();
     let errors: usize = summary.scenarios.iter().map(|s| s.errors).sum();
     let _ = writeln!(
@@ -53,8 +61,8 @@ pub fn render(summary: &Summary, trials: &[TrialRecord]) -> String {
             x,
             "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{skipped}\">",
             escape(&s.name),
-            mine.len() + usize::from(rate_case) + s.skipped_cases.len(),
-            s.failed + usize::from(rate_failed),
+            mine.len() + usize::from(rate_case) + s.skipped_cases.len() + usize::from(s.growth.is_some()),
+            s.failed + usize::from(rate_failed) + usize::from(super::growth::failed(s.growth.as_ref())),
             s.errors
         );
         for t in &mine {
@@ -106,6 +114,9 @@ pub fn render(summary: &Summary, trials: &[TrialRecord]) -> String {
                 escape(case),
                 escape(why)
             );
+        }
+        if let Some(g) = &s.growth {
+            x.push_str(&super::growth::junit_case(&s.name, g));
         }
         if let (true, Some(b)) = (rate_case, s.bound) {
             let limit = s.max_failure_rate.unwrap_or(0.0);

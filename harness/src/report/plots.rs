@@ -41,7 +41,13 @@ impl From<PlotError> for ReportError {
 
 /// A file-name stem from a scenario or case name: letters, digits, '-' and '_' kept, everything else '-'.
 pub fn stem(name: &str) -> String {
-    let s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '-' }).collect();
+    let mut s = String::with_capacity(name.len());
+    for c in name.chars() {
+        let c = if c.is_ascii_alphanumeric() || c == '_' { c } else { '-' };
+        if !(c == '-' && s.ends_with('-')) {
+            s.push(c);
+        }
+    }
     let s = s.trim_matches('-').to_string();
     if s.is_empty() {
         "plot".into()
@@ -79,16 +85,18 @@ fn growth_charts(scenario: &str, turns: &[GrowthTurn]) -> (LineChart, LineChart)
         y_from_zero: true,
     };
     let pct = |a: usize, b: usize| if b > 0 { 100.0 * a as f64 / b as f64 } else { 0.0 };
-    let mut series = vec![Series {
-        name: "warm: reused / prompt tokens".into(),
-        points: turns.iter().map(|t| (t.turn as f64, pct(t.reused, t.context))).collect(),
-    }];
+    // The oracle first, so the measured line is drawn over it: where they agree only the measured one shows.
+    let mut series = Vec::new();
     if turns.iter().all(|t| t.expected_reuse.is_some()) {
         series.push(Series {
             name: "what a correct engine reuses (oracle)".into(),
             points: turns.iter().map(|t| (t.turn as f64, pct(t.expected_reuse.unwrap_or(0), t.context))).collect(),
         });
     }
+    series.push(Series {
+        name: "warm: reused / prompt tokens".into(),
+        points: turns.iter().map(|t| (t.turn as f64, pct(t.reused, t.context))).collect(),
+    });
     let reuse = LineChart {
         title: format!("{scenario}: share of the prompt reused, per turn"),
         x_label: "turn".into(),
@@ -190,7 +198,8 @@ pub fn draw_run(dir: &Path, summary: &Summary, trials: &[TrialRecord]) -> Result
             (Err(e), _) | (_, Err(e)) => Err(e),
         }
         .map_err(|e| ReportError::Invalid { path: src.clone(), message: e.to_string() })?;
-        let name = format!("heatmap-{:02}-{}", i + 1, stem(&rdir.replace('/', "-")));
+        let case_dir = rdir.strip_prefix("provenance/").unwrap_or(&rdir);
+        let name = format!("heatmap-{:02}-{}", i + 1, stem(case_dir));
         let title = format!("warm vs cold state, {case}: log10 max |diff| per row");
         for ext in ["svg", "png"] {
             crate::plot::heatmap::draw(&d, &out.join(format!("{name}.{ext}")), &title)?;
@@ -207,6 +216,7 @@ mod tests {
     #[test]
     fn stems_are_file_safe() {
         assert_eq!(stem("inkling-small growth/1"), "inkling-small-growth-1");
+        assert_eq!(stem("stale <glm>"), "stale-glm");
         assert_eq!(stem("../.."), "plot");
     }
 }

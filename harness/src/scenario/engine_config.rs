@@ -36,7 +36,8 @@ pub fn model_config(arch: &str, preset: Preset, overrides: &ConfigOverrides) -> 
         }
         fields.insert(key.clone(), value.clone());
     }
-    let config: ModelConfig = serde_json::from_value(Value::Object(fields)).map_err(|e| format!("engine.config: {e}"))?;
+    let config: ModelConfig =
+        serde_json::from_value(Value::Object(fields)).map_err(|e| format!("engine.config: {e}"))?;
     config.validate().map_err(|e| format!("engine.config: {e}"))?;
     Ok(config)
 }

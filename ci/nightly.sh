@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The nightly job: every scenario in scenarios/nightly/ — growth curves on the small and bench presets (per-turn
+# wall time warm vs cold as a conversation grows to thousands of tokens), semantic staleness on every engine, and
+# stress scenarios of 3000 pairs per engine (0 failures bounds the failure rate below 0.1%) — then the run's
+# headline numbers appended to reports/history/history.csv and the trend plots redrawn.
+#
+# Environment: KVPROOF_REPORTS (default reports) holds the run folder reports/nightly-<time>/ and the history
+# folder reports/history/; KVPROOF_NIGHTLY (default scenarios/nightly) picks the scenarios (a file or folder, or
+# several separated by spaces); KVPROOF_LABEL labels the history rows (default: the commit). The run's summary is
+# appended to $GITHUB_STEP_SUMMARY when it is set.
+#
+# Exit status: that of `kvproof run` (0 pass, 1 a check or assertion failed, 2 input error); a failure to record
+# the history is reported and turns a passing run into exit 1. The whole set takes on the order of an hour on a
+# 2-core machine (most of it in the stress scenarios); the growth curves alone take about ten minutes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cargo build --release -p kvproof --bin kvproof
+
+reports=${KVPROOF_REPORTS:-reports}
+stamp=$(date -u +%Y%m%d-%H%M%S)
+run_dir="$reports/nightly-$stamp"
+history_dir="$reports/history"
+kvproof=./target/release/kvproof
+read -r -a scenarios <<<"${KVPROOF_NIGHTLY:-scenarios/nightly}"
+label=${KVPROOF_LABEL:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+
+start=$SECONDS
+status=0
+"$kvproof" run "${scenarios[@]}" --out "$run_dir" || status=$?
+elapsed=$((SECONDS - start))
+
+# A run that could not start (exit 2 before anything ran) has no results to record.
+if [ -f "$run_dir/results.jsonl" ] && [ -f "$run_dir/run.json" ]; then
+  if ! "$kvproof" history "$run_dir" --dir "$history_dir" --label "$label"; then
+    echo "nightly: could not record $run_dir in $history_dir/history.csv" >&2
+    [ "$status" -ne 0 ] || status=1
+  fi
+fi
+
+if [ -n "${GITHUB_STEP_SUMMARY:-}" ] && [ -f "$run_dir/summary.md" ]; then
+  cat "$run_dir/summary.md" >>"$GITHUB_STEP_SUMMARY"
+fi
+echo "nightly: run took ${elapsed}s; report in $run_dir (open $run_dir/index.html), trend in $history_dir/index.html"
+exit "$status"

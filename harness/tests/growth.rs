@@ -1,0 +1,148 @@
+//! `kind: growth-curve` end to end on a tiny engine: the CSV, the plots, the derived numbers and the growth
+//! assertions — and a fault that silently stops reuse (`drop-grow-record`) failing them. Wall-clock ratios are
+//! not asserted here (tests do not time things); the reuse fraction is exact and is what the fault breaks.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn kvproof() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kvproof"));
+    c.env("CI", "true");
+    c
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kvproof-growth-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    dir
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// Six turns on inkling/tiny crossing its initial capacity (64) twice, so capacity growth happens mid-curve.
+fn scenario(dir: &Path) -> PathBuf {
+    let p = dir.join("growth.json");
+    std::fs::write(
+        &p,
+        r#"{
+  "name": "tiny-growth",
+  "engine": { "arch": "inkling", "preset": "tiny", "seed": 0 },
+  "kind": "growth-curve",
+  "seed": 3,
+  "params": { "turns": 6, "opening": 24, "user_len": 30, "max_tokens": 8, "repeats": 2, "cold_repeats": 2 },
+  "assert": { "min_reuse_fraction": 0.7 }
+}
+"#,
+    )
+    .expect("write scenario");
+    p
+}
+
+fn run(dir: &Path, out: &str, extra: &[&str]) -> (Output, PathBuf) {
+    let out = dir.join(out);
+    let o = kvproof().arg("run").arg(scenario(dir)).arg("--out").arg(&out).args(extra).output().expect("run");
+    (o, out)
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct Row {
+    scenario: String,
+    turn: usize,
+    context: usize,
+    reused: usize,
+    expected_reuse: Option<usize>,
+    warm_repeats: usize,
+    cold_repeats: usize,
+    warm_prefilled: usize,
+    cold_prefilled: usize,
+    warm_wall_ms: f64,
+    cold_wall_ms: f64,
+}
+
+fn rows(run: &Path) -> Vec<Row> {
+    let mut r = csv::Reader::from_path(run.join("growth.csv")).expect("growth.csv");
+    r.deserialize().map(|x| x.expect("row")).collect()
+}
+
+#[test]
+fn a_clean_curve_writes_the_csv_and_plots_and_passes() {
+    let dir = tmp("clean");
+    let (o, out) = run(&dir, "run", &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let rows = rows(&out);
+    assert_eq!(rows.len(), 6);
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!((r.scenario.as_str(), r.turn), ("tiny-growth", i + 1));
+        assert_eq!((r.warm_repeats, r.cold_repeats), (2, 2));
+        assert_eq!(r.expected_reuse, Some(r.reused), "turn {}: reuse is the oracle's", r.turn);
+        assert_eq!(r.warm_prefilled, r.context - r.reused);
+        assert_eq!(r.cold_prefilled, r.context);
+        assert!(r.warm_wall_ms > 0.0 && r.cold_wall_ms > 0.0);
+    }
+    assert_eq!(rows[0].reused, 0, "turn 1 has nothing to reuse");
+    assert!(rows[1..].iter().all(|r| r.reused > 0), "every later turn reuses");
+    // the context grows by the same amount every turn: fixed user text and fixed-length replies
+    let steps: Vec<usize> = rows.windows(2).map(|w| w[1].context - w[0].context).collect();
+    assert!(steps.iter().all(|&s| s == steps[0]), "{steps:?}");
+
+    for f in ["growth-wall-tiny-growth", "growth-reuse-tiny-growth", "bounds"] {
+        for ext in ["svg", "png"] {
+            let p = out.join("plots").join(format!("{f}.{ext}"));
+            assert!(std::fs::metadata(&p).map(|m| m.len() > 2000).unwrap_or(false), "{} missing", p.display());
+        }
+    }
+    let svg = std::fs::read_to_string(out.join("plots/growth-wall-tiny-growth.svg")).expect("svg");
+    for label in ["per-turn wall time vs context", "context length at the turn (prompt tokens)", "wall time of the turn (ms)"] {
+        assert!(svg.contains(label), "plot lacks {label:?}");
+    }
+    let md = std::fs::read_to_string(out.join("summary.md")).expect("summary");
+    assert!(md.contains("## Growth curves") && md.contains("| tiny-growth | "), "{md}");
+    let junit = std::fs::read_to_string(out.join("junit.xml")).expect("junit");
+    assert!(junit.contains("name=\"growth assertions (warm "), "{junit}");
+    assert!(!junit.contains("<failure"), "{junit}");
+}
+
+#[test]
+fn stopped_reuse_fails_the_growth_assertion_and_a_rebuild_agrees() {
+    let dir = tmp("fault");
+    let (o, out) = run(&dir, "run", &["--fault", "drop-grow-record"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let msg = text(&o);
+    assert!(msg.contains("of prompt tokens reused over turns 2..6; at least 70.0% required"), "{msg}");
+    let rows = rows(&out);
+    let lost: Vec<usize> = rows.iter().filter(|r| r.turn > 1 && r.reused == 0).map(|r| r.turn).collect();
+    assert!(!lost.is_empty(), "capacity growth dropped the record on some turn");
+    let junit = std::fs::read_to_string(out.join("junit.xml")).expect("junit");
+    assert!(junit.contains("growth assertions") && junit.contains("<failure message=\""), "{junit}");
+
+    // the report rebuilt from results.jsonl alone says the same
+    let before = std::fs::read_to_string(out.join("summary.md")).expect("summary");
+    std::fs::remove_dir_all(out.join("plots")).expect("rm plots");
+    let o = kvproof().arg("report").arg(&out).output().expect("report");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(out.join("summary.md")).expect("summary"), before);
+    assert!(out.join("plots/growth-wall-tiny-growth.svg").is_file(), "plots redrawn from the artifacts");
+}
+
+#[test]
+fn growth_assertions_on_another_kind_are_an_input_error() {
+    let dir = tmp("misplaced");
+    let p = dir.join("bad.json");
+    std::fs::write(
+        &p,
+        r#"{"name": "x", "engine": {"arch": "inkling"}, "kind": "stress-pairs", "assert": {"max_warm_ratio": 1.2}}"#,
+    )
+    .expect("write");
+    let o = kvproof().arg("run").arg(&p).arg("--out").arg(dir.join("out")).output().expect("run");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("assert.max_warm_ratio: applies to kind growth-curve only"), "{}", text(&o));
+    let p2 = dir.join("bad2.json");
+    std::fs::write(&p2, r#"{"name": "x", "engine": {"arch": "inkling"}, "kind": "growth-curve", "params": {"turns": 2}}"#)
+        .expect("write");
+    let o = kvproof().arg("run").arg(&p2).arg("--out").arg(dir.join("out")).output().expect("run");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("params.turns: 2 is not in 3..=256"), "{}", text(&o));
+}
