@@ -11,8 +11,8 @@ use kvproof_engines::engine::{Request, Sampling};
 use rayon::prelude::*;
 
 use crate::cases::{self, Plan, Skipped, Step};
-use crate::check::{self, reuse, state, tokens, CheckName, CheckResult, Verdict};
 use crate::check::memory::Footprint;
+use crate::check::{self, reuse, state, tokens, CheckName, CheckResult, Verdict};
 use crate::driver::{self, Caps, Driver, DriverError, Generation, Launcher};
 use crate::oracle::{Outcome, Rule};
 use crate::plan_state::PlanState;
@@ -381,8 +381,7 @@ fn run_plan(ctx: &Ctx<'_>, plan_index: usize, plan: &Plan) -> Vec<TrialRecord> {
             record.error = Some(why);
             record.stderr_tail = tail;
         } else {
-            let (mut checks, divergence, diff) =
-                assess(ctx, step, &req, expected, &warm_run, &cold, control.as_ref());
+            let (mut checks, divergence, diff) = assess(ctx, step, &req, expected, &warm_run, &cold, control.as_ref());
             checks.push(ps.memory_check(step, footprint(&warm_run), footprint(&cold)));
             record.verdict = check::verdict(&checks);
             if let (Verdict::Fail, Some(Ok(w)), Some(Ok(c))) = (record.verdict, &warm_run.dump, &cold.dump) {

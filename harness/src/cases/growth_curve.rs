@@ -243,32 +243,34 @@ fn run_plan(
     let mut book = oracle::rule_for(launcher.info(), launcher.caps()).map(SlotBook::new);
     let no_rule = format!("the harness has no reuse rule for arch `{}`", launcher.info().arch);
     let turns = plan.steps.len();
-    let passes = params.repeats.max(params.cold_repeats);
     let mut conv = Conversation::new(plan.seed, 0);
     let mut planned: Vec<Planned> = Vec::with_capacity(turns);
     let mut fed_before = 0usize;
     // runs[turn] = (warm runs, cold runs), one of each per pass
     let mut runs: Vec<(Vec<Generation>, Vec<Generation>)> = (0..turns).map(|_| (Vec::new(), Vec::new())).collect();
 
-    // Each pass is a whole conversation on its own warm instance. Passes follow one another, so the repeats of a
-    // turn are minutes apart: a burst of load from another process slows one repeat of a turn, not all of them,
-    // and the median discards it.
-    for pass in 0..passes {
-        let mut warm = if pass < params.repeats {
+    // Each warm pass is a whole conversation on its own warm instance; then each cold pass runs every turn's
+    // whole transcript on fresh instances. Passes follow one another, so the repeats of a turn are far apart in
+    // time: a burst of load from another process slows one repeat of a turn, not all of them, and the median
+    // discards it. No warm turn runs right after a cold one, whose large state would have evicted the warm
+    // state from the caches.
+    let schedule = (0..params.repeats).map(|p| (p, true)).chain((0..params.cold_repeats).map(|p| (p, false)));
+    for (pass, is_warm) in schedule {
+        let mut warm = None;
+        if is_warm {
             match launcher.launch() {
-                Ok(w) => Some(w),
+                Ok(w) => warm = Some(w),
                 Err(e) => {
                     ctx.abandon(0, &format!("warm instance #{}: {e}", pass + 1), e.stderr_tail(), progress, &mut out);
                     return out;
                 }
             }
-        } else {
-            None
-        };
+        }
         for si in 0..turns {
             let mut open_turn = None;
-            if pass == 0 {
-                // Pass 0 builds the transcript from its own replies; later passes send the same requests.
+            if is_warm && pass == 0 {
+                // The first warm pass builds the transcript from its own replies; every other pass sends the same
+                // requests.
                 let (prepared, pending) = match conv.prepare(&plan.steps[si].prompt) {
                     Ok(x) => x,
                     Err(why) => {
@@ -295,49 +297,37 @@ fn run_plan(
             }
             let req = &planned[si].req;
             let prompt_len = req.prompt.len();
-            let warm_first = (si + pass) % 2 == 0;
-            let mut failure: Option<(String, Option<String>)> = None;
-            for side_warm in if warm_first { [true, false] } else { [false, true] } {
-                if failure.is_some() {
-                    break;
-                }
-                if side_warm {
-                    let Some(w) = warm.as_mut() else { continue };
+            let (res, side) = match warm.as_mut() {
+                Some(w) => {
                     let r = Request { id: req.id + 2 * pass as u64 + 1, ..req.clone() };
-                    let res = w.generate(&r);
-                    ctx.row(si, "warm", pass, prompt_len, &res);
-                    match res {
-                        Ok(g) => runs[si].0.push(g),
-                        Err(e) => {
-                            failure = Some((format!("warm #{}: {e}", pass + 1), e.stderr_tail().map(String::from)))
-                        }
-                    }
-                } else if pass < params.cold_repeats {
+                    (w.generate(&r), "warm")
+                }
+                None => {
                     let r = Request { id: req.id + 2 * pass as u64 + 2, ..req.clone() };
-                    let res = launcher.launch().and_then(|mut c| c.generate(&r));
-                    ctx.row(si, "cold", pass, prompt_len, &res);
-                    match res {
-                        Ok(g) => runs[si].1.push(g),
-                        Err(e) => {
-                            failure = Some((format!("cold #{}: {e}", pass + 1), e.stderr_tail().map(String::from)))
-                        }
-                    }
+                    (launcher.launch().and_then(|mut c| c.generate(&r)), "cold")
                 }
-            }
-            if let Some((why, tail)) = failure {
-                // A curve with a hole measures nothing: the whole conversation is reported as not run.
-                ctx.abandon(0, &format!("turn {}: {why}", si + 1), tail.as_deref(), progress, &mut out);
-                return out;
-            }
-            if pass == 0 {
-                let reply = runs[si].0[0].tokens.clone();
+            };
+            ctx.row(si, side, pass, prompt_len, &res);
+            let g = match res {
+                Ok(g) => g,
+                Err(e) => {
+                    // A curve with a hole measures nothing: the whole conversation is reported as not run.
+                    let why = format!("turn {}: {side} #{}: {e}", si + 1, pass + 1);
+                    ctx.abandon(0, &why, e.stderr_tail(), progress, &mut out);
+                    return out;
+                }
+            };
+            if let Some((prepared, pending)) = open_turn {
                 if let Some(b) = book.as_mut() {
-                    b.after(req, Outcome::Completed { reply: &reply });
+                    b.after(req, Outcome::Completed { reply: &g.tokens });
                 }
-                fed_before = fed_ids(&req.prompt, &reply).len();
-                if let Some((prepared, pending)) = open_turn {
-                    conv.finish(&prepared, pending, Some(&reply));
-                }
+                fed_before = fed_ids(&req.prompt, &g.tokens).len();
+                conv.finish(&prepared, pending, Some(&g.tokens));
+            }
+            if is_warm {
+                runs[si].0.push(g);
+            } else {
+                runs[si].1.push(g);
             }
         }
     }
@@ -348,7 +338,7 @@ fn run_plan(
         let w0 = &warm_runs[0];
         let reused = w0.reused.unwrap_or(0);
         let mut record = ctx.record(si);
-        record.warm_first = si % 2 == 0;
+        record.warm_first = true;
         record.prompt_tokens = prompt_len;
         record.expected_reuse = pl.expected.as_ref().ok().copied();
         record.reused = w0.reused;

@@ -146,9 +146,13 @@ pub fn draw_run(dir: &Path, summary: &Summary, trials: &[TrialRecord]) -> Result
         .collect();
     let charts = bars.len().div_ceil(BARS_PER_CHART);
     for (i, chunk) in bars.chunks(BARS_PER_CHART).enumerate() {
-        let conf = summary.scenarios.iter().find_map(|s| s.bound.map(|b| b.confidence)).unwrap_or(0.95);
+        let confs: Vec<f64> = summary.scenarios.iter().filter_map(|s| s.bound.map(|b| b.confidence)).collect();
+        let conf = match confs.first() {
+            Some(c) if confs.iter().all(|x| x == c) => format!("{:.0}%", c * 100.0),
+            _ => "each scenario's confidence".to_string(),
+        };
         let part = if charts > 1 { format!(" ({} of {charts})", i + 1) } else { String::new() };
-        let title = format!("failure rate per scenario: observed and {:.0}% upper bound{part}", conf * 100.0);
+        let title = format!("failure rate per scenario: observed and upper bound at {conf}{part}");
         let name = if charts > 1 { format!("bounds-{}", i + 1) } else { "bounds".to_string() };
         bounds::draw(chunk, &title, &out.join(&name))?;
         plots.push(Plot { group: "bounds", title, svg: rel(&name, "svg"), png: Some(rel(&name, "png")) });

@@ -408,8 +408,8 @@ impl TryFrom<RawEngine> for EngineSpec {
             }
             (None, Some(command)) => {
                 if raw.preset.is_some() || raw.seed.is_some() || raw.fault.is_some() || raw.config.is_some() {
-                    return Err("engine: `preset`, `seed`, `fault` and `config` apply to bundled engines (`arch`) only; \
-                                pass them as arguments of the command"
+                    return Err("engine: `preset`, `seed`, `fault` and `config` apply to bundled engines (`arch`) \
+                                only; pass them as arguments of the command"
                         .into());
                 }
                 if command.is_empty() || command[0].is_empty() {
