@@ -107,8 +107,11 @@ pub fn read(path: &Path) -> Result<Vec<HistoryRow>, HistoryError> {
     if !path.exists() {
         return Ok(Vec::new());
     }
-    let mut r = csv::Reader::from_path(path)
-        .map_err(|e| HistoryError::Parse { path: path.to_path_buf(), line: 1, message: e.to_string() })?;
+    let mut r = csv::Reader::from_path(path).map_err(|e| HistoryError::Parse {
+        path: path.to_path_buf(),
+        line: 1,
+        message: e.to_string(),
+    })?;
     let mut out = Vec::new();
     for (i, row) in r.deserialize::<HistoryRow>().enumerate() {
         let row = row.map_err(|e| HistoryError::Parse {
@@ -136,7 +139,11 @@ pub fn append(path: &Path, rows: &[HistoryRow]) -> Result<usize, HistoryError> {
     let file = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(io(path))?;
     let mut w = csv::WriterBuilder::new().has_headers(new).from_writer(file);
     for r in rows {
-        w.serialize(r).map_err(|e| HistoryError::Parse { path: path.to_path_buf(), line: 0, message: e.to_string() })?;
+        w.serialize(r).map_err(|e| HistoryError::Parse {
+            path: path.to_path_buf(),
+            line: 0,
+            message: e.to_string(),
+        })?;
     }
     w.flush().map_err(io(path))?;
     Ok(rows.len())
@@ -218,18 +225,13 @@ pub fn plot(dir: &Path) -> Result<Vec<PathBuf>, HistoryError> {
          <h1>kvproof nightly history</h1>\n",
     );
     let runs: std::collections::BTreeSet<&str> = rows.iter().map(|r| r.run.as_str()).collect();
-    let _ = writeln!(
-        html,
-        "<p>{} runs recorded in <a href=\"{}\">{}</a>.</p>",
-        runs.len(),
-        href(HISTORY_CSV),
-        HISTORY_CSV
-    );
+    let _ =
+        writeln!(html, "<p>{} runs recorded in <a href=\"{}\">{}</a>.</p>", runs.len(), href(HISTORY_CSV), HISTORY_CSV);
     for (stem, chart) in charts(&rows) {
         let (svg, _png) = lines::draw(&chart, &dir.join(stem))?;
         let text = std::fs::read_to_string(&svg).map_err(io(&svg))?;
-        let inline = inline_svg(&text)
-            .map_err(|message| HistoryError::Parse { path: svg.clone(), line: 0, message })?;
+        let inline =
+            inline_svg(&text).map_err(|message| HistoryError::Parse { path: svg.clone(), line: 0, message })?;
         let _ = writeln!(
             html,
             "<figure>{inline}<figcaption>{} — <a href=\"{stem}.svg\">SVG</a> · <a href=\"{stem}.png\">PNG</a>\

@@ -95,7 +95,9 @@ fn a_clean_curve_writes_the_csv_and_plots_and_passes() {
         }
     }
     let svg = std::fs::read_to_string(out.join("plots/growth-wall-tiny-growth.svg")).expect("svg");
-    for label in ["per-turn wall time vs context", "context length at the turn (prompt tokens)", "wall time of the turn (ms)"] {
+    for label in
+        ["per-turn wall time vs context", "context length at the turn (prompt tokens)", "wall time of the turn (ms)"]
+    {
         assert!(svg.contains(label), "plot lacks {label:?}");
     }
     let md = std::fs::read_to_string(out.join("summary.md")).expect("summary");
@@ -140,8 +142,11 @@ fn growth_assertions_on_another_kind_are_an_input_error() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("assert.max_warm_ratio: applies to kind growth-curve only"), "{}", text(&o));
     let p2 = dir.join("bad2.json");
-    std::fs::write(&p2, r#"{"name": "x", "engine": {"arch": "inkling"}, "kind": "growth-curve", "params": {"turns": 2}}"#)
-        .expect("write");
+    std::fs::write(
+        &p2,
+        r#"{"name": "x", "engine": {"arch": "inkling"}, "kind": "growth-curve", "params": {"turns": 2}}"#,
+    )
+    .expect("write");
     let o = kvproof().arg("run").arg(&p2).arg("--out").arg(dir.join("out")).output().expect("run");
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("params.turns: 2 is not in 3..=256"), "{}", text(&o));

@@ -49,7 +49,13 @@ fn make_run(dir: &Path) -> PathBuf {
         .arg(&out)
         .output()
         .expect("run");
-    assert_eq!(o.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
     out
 }
 
@@ -111,7 +117,9 @@ fn the_page_inlines_every_plot_and_links_only_to_files_of_the_run() {
     );
     assert_eq!(html.matches("<figure").count(), svgs.len());
     assert_eq!(html.matches("<svg").count(), svgs.len(), "every plot inline");
-    let scalable = html.match_indices("<svg").filter(|(i, _)| html[*i..].split('>').next().is_some_and(|t| t.contains(" viewBox=\"0 0 ")));
+    let scalable = html
+        .match_indices("<svg")
+        .filter(|(i, _)| html[*i..].split('>').next().is_some_and(|t| t.contains(" viewBox=\"0 0 ")));
     assert_eq!(scalable.count(), svgs.len(), "every inline SVG has a viewBox, so CSS can scale it");
     for s in &svgs {
         assert!(html.contains(&format!("href=\"plots/{s}\"")), "{s} not linked");
@@ -139,9 +147,9 @@ fn the_page_inlines_every_plot_and_links_only_to_files_of_the_run() {
 /// Chromium is optional on developer machines; CI images that have it run this check.
 #[test]
 fn headless_chromium_renders_the_page() {
-    let chrome = ["chromium", "chromium-browser", "google-chrome"]
-        .into_iter()
-        .find(|c| Command::new("sh").arg("-c").arg(format!("command -v {c}")).output().is_ok_and(|o| o.status.success()));
+    let chrome = ["chromium", "chromium-browser", "google-chrome"].into_iter().find(|c| {
+        Command::new("sh").arg("-c").arg(format!("command -v {c}")).output().is_ok_and(|o| o.status.success())
+    });
     let Some(chrome) = chrome else {
         eprintln!("no Chromium on this machine: ci/screenshot-index.sh not exercised");
         return;

@@ -199,6 +199,12 @@ fn schema_and_loader_agree_on_good_and_bad_documents() {
     let schema = schema();
     let good = [
         r#"{"name": "a", "engine": {"arch": "inkling"}, "kind": "boundary-matrix"}"#,
+        r#"{"name": "g", "engine": {"arch": "inkling", "preset": "small"}, "kind": "growth-curve",
+            "params": {"turns": 10, "opening": 16, "user_len": 40, "max_tokens": 16, "repeats": 5, "cold_repeats": 2},
+            "assert": {"max_warm_ratio": 1.2, "min_cold_ratio": 3, "min_speedup_of_ideal": 0.5, "min_reuse_fraction": 0.8}}"#,
+        r#"{"name": "s", "engine": {"arch": "glm"}, "kind": "semantic-staleness",
+            "params": {"cases": 3, "contexts": ["previous-turn", "other-slot"], "user_len": [4, 9], "other_slot": 2},
+            "assert": {"max_failure_rate": 0.05}}"#,
         r#"{"name": "a", "engine": {"arch": "inkling", "preset": "small", "seed": 3, "fault": null}, "kind": "boundary-matrix",
             "params": {"cases": ["extend", "diverge-last"], "max_tokens": 4, "slot": 0}}"#,
         r#"{"name": "a", "engine": {"arch": "inkling", "fault": "memcmp-short"}, "kind": "stress-pairs",
@@ -216,6 +222,12 @@ fn schema_and_loader_agree_on_good_and_bad_documents() {
     }
     let bad = [
         r#"{"name": "a", "engine": {"arch": "inkling"}, "kind": "boundary-matrix", "extra": 1}"#,
+        r#"{"name": "a", "engine": {"arch": "inkling"}, "kind": "stress-pairs", "assert": {"max_warm_ratio": 1.2}}"#,
+        r#"{"name": "a", "engine": {"arch": "inkling"}, "kind": "growth-curve", "params": {"turns": 2}}"#,
+        r#"{"name": "a", "engine": {"arch": "inkling"}, "kind": "growth-curve", "params": {"repeat": 2}}"#,
+        r#"{"name": "a", "engine": {"arch": "inkling"}, "kind": "growth-curve", "assert": {"min_reuse_fraction": 1.5}}"#,
+        r#"{"name": "a", "engine": {"arch": "glm"}, "kind": "semantic-staleness", "params": {"contexts": ["yesterday"]}}"#,
+        r#"{"name": "a", "engine": {"arch": "glm"}, "kind": "semantic-staleness", "params": {"cases": 0}}"#,
         r#"{"name": "a", "engine": {"arch": "inkling"}, "kind": "stress-pairs", "params": {"pair": 1}}"#,
         r#"{"name": "a", "engine": {"arch": "inkling"}, "kind": "boundary-matrix", "params": {"cases": ["nope"]}}"#,
         r#"{"name": "a", "engine": {"arch": "inkling"}, "kind": "boundary-matrix", "params": {"pairs": 3}}"#,

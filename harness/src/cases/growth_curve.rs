@@ -186,7 +186,14 @@ impl Turn<'_> {
         )
     }
 
-    fn row(&self, step_index: usize, instance: &str, repeat: usize, prompt: usize, res: &Result<Generation, DriverError>) {
+    fn row(
+        &self,
+        step_index: usize,
+        instance: &str,
+        repeat: usize,
+        prompt: usize,
+        res: &Result<Generation, DriverError>,
+    ) {
         let step = &self.plan.steps[step_index];
         let (reused, emitted, prefill, decode, wall, outcome) = match res {
             Ok(g) => (g.reused, g.tokens.len(), ms(g.prefill), ms(g.decode), ms(g.wall), "ok".to_string()),

@@ -328,14 +328,8 @@ impl Ctx<'_> {
 
     fn run_case(&self, index: usize, c: &StaleCase) -> TrialRecord {
         let step_index = c.requests() - 1;
-        let mut r = TrialRecord::new(
-            &self.p.scenario.name,
-            Kind::SemanticStaleness,
-            &c.name,
-            index,
-            "current",
-            step_index,
-        );
+        let mut r =
+            TrialRecord::new(&self.p.scenario.name, Kind::SemanticStaleness, &c.name, index, "current", step_index);
         if let Err((why, tail)) = self.classify_case(index, c, &mut r) {
             r.verdict = check::Verdict::Error;
             r.error = Some(why);
@@ -408,8 +402,12 @@ impl Ctx<'_> {
 
         // What X would produce: its own reply, and its state read with the current prompt's tail.
         let fed_x = fed_ids(&x_req.prompt, &x_reply);
-        let mut hypotheses =
-            vec![Hypothesis { label: "answer".into(), splice_at: None, equals_fresh: x_reply == fresh.tokens, reply: x_reply }];
+        let mut hypotheses = vec![Hypothesis {
+            label: "answer".into(),
+            splice_at: None,
+            equals_fresh: x_reply == fresh.tokens,
+            reply: x_reply,
+        }];
         let mut points: Vec<usize> = [wg.reused.unwrap_or(0), fed_x.len()]
             .into_iter()
             .map(|n| n.min(fed_x.len()).min(cur.prompt.len() - 1))

@@ -123,8 +123,8 @@ pub struct GrowthStats {
     /// Median wall time of the first and the last turn.
     pub warm_first_ms: f64,
     pub warm_last_ms: f64,
-    /// The last/first ratio of the least-squares line of warm per-turn wall time against context length: flat is
-    /// 1. The line goes through every turn, so one turn slowed by another process moves it little; this is the
+    /// The last/first ratio of the least-squares line of warm per-turn wall time against context length (flat is
+    /// one). The line goes through every turn, so one turn slowed by another process moves it little; this is the
     /// ratio the assertions use.
     pub warm_ratio: f64,
     /// warm_last_ms / warm_first_ms (two single turns: noisier).

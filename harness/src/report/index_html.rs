@@ -381,7 +381,9 @@ pub fn render(
     figures(&mut html, dir, plots)?;
     failures(&mut html, trials);
     artifacts(&mut html, dir);
-    html.push_str("<p>Rebuild this page and every summary from the artifacts with <code>kvproof report DIR</code>.</p>\n");
+    html.push_str(
+        "<p>Rebuild this page and every summary from the artifacts with <code>kvproof report DIR</code>.</p>\n",
+    );
     html.push_str("</body>\n</html>\n");
     Ok(html)
 }
