@@ -26,7 +26,12 @@ pub trait Sink: Sync {
     fn trial(&self, t: &TrialRecord);
     fn turn(&self, row: &TurnRow);
     /// Keep both dumps of a failing comparison and their diff; returns where (None: this sink keeps none).
-    fn provenance(&self, _case: &str, _warm: &StateDump, _cold: &StateDump) -> Option<crate::provenance::ProvenanceRef> {
+    fn provenance(
+        &self,
+        _case: &str,
+        _warm: &StateDump,
+        _cold: &StateDump,
+    ) -> Option<crate::provenance::ProvenanceRef> {
         None
     }
 }

@@ -45,6 +45,13 @@ pub struct GrowthParams {
     pub cold_repeats: usize,
     #[serde(default)]
     pub slot: usize,
+    /// Threads a bundled engine computes with during the curve (0: all cores). One thread by default: a curve
+    /// measures how a turn's cost scales with the context, and a single thread shares the cores with other
+    /// processes evenly, while a fork-join over every core waits at each join for whichever thread the scheduler
+    /// preempted — under load that noise, not the context, decides the ratio. Engines behind a command are not
+    /// affected.
+    #[serde(default = "one")]
+    pub threads: usize,
 }
 
 fn default_turns() -> usize {
@@ -76,11 +83,13 @@ impl Default for GrowthParams {
             repeats: default_repeats(),
             cold_repeats: 1,
             slot: 0,
+            threads: 1,
         }
     }
 }
 
 pub const MAX_REPEATS: usize = 99;
+pub const MAX_THREADS: usize = 256;
 
 /// Range checks serde cannot express.
 pub fn validate(p: &GrowthParams) -> Result<(), String> {
@@ -99,6 +108,9 @@ pub fn validate(p: &GrowthParams) -> Result<(), String> {
         if v == 0 || v > MAX_REPEATS {
             return Err(format!("params.{name}: {v} is not in 1..={MAX_REPEATS}"));
         }
+    }
+    if p.threads > MAX_THREADS {
+        return Err(format!("params.threads: {} is not in 0..={MAX_THREADS}", p.threads));
     }
     Ok(())
 }
@@ -159,11 +171,28 @@ pub fn run(p: &Prepared<'_>, sink: &dyn Sink, progress: &Progress) -> Vec<TrialR
     let crate::scenario::Params::GrowthCurve(params) = &p.scenario.params else {
         return Vec::new();
     };
-    let mut out = Vec::new();
-    for (i, plan) in p.plans.iter().enumerate() {
-        out.extend(run_plan(p, params, i, plan, sink, progress));
+    let run_all = || {
+        let mut out = Vec::new();
+        for (i, plan) in p.plans.iter().enumerate() {
+            out.extend(run_plan(p, params, i, plan, sink, progress));
+        }
+        out
+    };
+    if params.threads == 0 {
+        return run_all();
     }
-    out
+    // Rayon work the engine starts from inside `install` runs on this pool, not the global one.
+    match rayon::ThreadPoolBuilder::new().num_threads(params.threads).build() {
+        Ok(pool) => pool.install(run_all),
+        Err(e) => {
+            let why = format!("params.threads: cannot start a pool of {} thread(s): {e}", params.threads);
+            let mut out = Vec::new();
+            for (i, plan) in p.plans.iter().enumerate() {
+                Turn { p, plan, plan_index: i, sink }.abandon(0, &why, None, progress, &mut out);
+            }
+            out
+        }
+    }
 }
 
 struct Turn<'a> {
@@ -475,5 +504,8 @@ mod tests {
         assert!(e.contains("params.repeats"), "{e}");
         let e = validate(&GrowthParams { user_len: 0, ..GrowthParams::default() }).expect_err("user_len");
         assert!(e.contains("params.user_len"), "{e}");
+        let e = validate(&GrowthParams { threads: 1000, ..GrowthParams::default() }).expect_err("threads");
+        assert!(e.contains("params.threads"), "{e}");
+        assert!(validate(&GrowthParams { threads: 0, ..GrowthParams::default() }).is_ok(), "0 = all cores");
     }
 }

@@ -162,7 +162,10 @@ impl Sink for RunWriter {
         match crate::provenance::capture::capture(&self.dir, case, warm, cold) {
             Ok(p) => Some(p),
             Err(e) => {
-                self.keep(ReportError::Invalid { path: self.dir.join("provenance").join(case), message: e.to_string() });
+                self.keep(ReportError::Invalid {
+                    path: self.dir.join("provenance").join(case),
+                    message: e.to_string(),
+                });
                 None
             }
         }

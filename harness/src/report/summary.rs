@@ -167,8 +167,8 @@ fn summarize_scenario(entry: &ScenarioEntry, trials: &[&TrialRecord]) -> Scenari
         _ => (None, Vec::new()),
     };
     reasons.extend(growth_reasons);
-    let staleness = (entry.kind == crate::scenario::Kind::SemanticStaleness)
-        .then(|| super::staleness::stats(trials, confidence));
+    let staleness =
+        (entry.kind == crate::scenario::Kind::SemanticStaleness).then(|| super::staleness::stats(trials, confidence));
     ScenarioSummary {
         name: entry.name.clone(),
         kind: entry.kind.name().to_string(),
@@ -272,7 +272,8 @@ pub fn render(summary: &Summary, trials: &[TrialRecord]) -> String {
         );
     }
 
-    let growth: Vec<_> = summary.scenarios.iter().filter_map(|s| s.growth.as_ref().map(|g| (s.name.as_str(), g))).collect();
+    let growth: Vec<_> =
+        summary.scenarios.iter().filter_map(|s| s.growth.as_ref().map(|g| (s.name.as_str(), g))).collect();
     md.push_str(&super::growth::markdown(&growth));
     let stale: Vec<_> =
         summary.scenarios.iter().filter_map(|s| s.staleness.as_ref().map(|g| (s.name.as_str(), g))).collect();
@@ -307,7 +308,11 @@ pub fn render(summary: &Summary, trials: &[TrialRecord]) -> String {
                 let _ = writeln!(md, "- `{}`: {}", c.check, c.detail);
             }
             if let Some(p) = &t.provenance {
-                let _ = writeln!(md, "- first divergent layer: {} — `{}/` (dumps, diff.txt, heatmap.svg)", p.headline, p.dir);
+                let _ = writeln!(
+                    md,
+                    "- first divergent layer: {} — `{}/` (dumps, diff.txt, heatmap.svg)",
+                    p.headline, p.dir
+                );
             }
             if let Some(e) = &t.error {
                 let _ = writeln!(md, "- error: {e}");
