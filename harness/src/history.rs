@@ -206,7 +206,14 @@ fn charts(rows: &[HistoryRow]) -> Vec<(&'static str, LineChart)> {
         }
         out.push((
             stem,
-            LineChart { title: title.into(), x_label: x.clone(), y_label: y.into(), series: s, y_from_zero: true },
+            LineChart {
+                title: title.into(),
+                x_label: x.clone(),
+                y_label: y.into(),
+                series: s,
+                y_from_zero: true,
+                x_integer: true,
+            },
         ));
     }
     out

@@ -24,6 +24,7 @@ fn line_chart_has_title_axes_and_legend() {
             Series { name: "cold".into(), points: (1..=6).map(|i| (i as f64 * 500.0, 60.0 * i as f64)).collect() },
         ],
         y_from_zero: true,
+        x_integer: false,
     };
     let (svg, png) = lines::draw(&chart, &dir.join("wall")).expect("draw");
     let text = std::fs::read_to_string(&svg).expect("svg");
@@ -36,7 +37,38 @@ fn line_chart_has_title_axes_and_legend() {
     ] {
         assert!(text.contains(needle), "svg lacks {needle:?}");
     }
+    let labels = text_lines(&text);
+    assert!(labels.contains(&"3000"), "x tick labels are whole numbers: {labels:?}");
+    assert!(!labels.iter().any(|l| l.ends_with(".0")), "a tick label ends in .0: {labels:?}");
     assert!(std::fs::metadata(&png).expect("png").len() > 5000);
+}
+
+#[test]
+fn an_integer_axis_labels_whole_numbers_only() {
+    let dir = tmp("integer-axis");
+    let chart = LineChart {
+        title: "trend".into(),
+        x_label: "night".into(),
+        y_label: "ratio (x)".into(),
+        series: vec![Series { name: "a".into(), points: vec![(1.0, 1.1), (2.0, 1.12), (3.0, 1.09)] }],
+        y_from_zero: true,
+        x_integer: true,
+    };
+    let (svg, _) = lines::draw(&chart, &dir.join("trend")).expect("draw");
+    let text = std::fs::read_to_string(&svg).expect("svg");
+    let labels = text_lines(&text);
+    for n in ["1", "2", "3"] {
+        assert!(labels.contains(&n), "x tick {n} missing: {labels:?}");
+    }
+    for frac in ["1.5", "2.5", "1.2", "2.4"] {
+        assert!(!labels.contains(&frac), "fractional x tick {frac} on a whole-number axis: {labels:?}");
+    }
+}
+
+/// The texts of an SVG's `<text>` elements (plotters writes each on the line after its tag).
+fn text_lines(svg: &str) -> Vec<&str> {
+    let lines: Vec<&str> = svg.lines().collect();
+    lines.windows(2).filter(|w| w[0].trim_start().starts_with("<text")).map(|w| w[1].trim()).collect()
 }
 
 #[test]

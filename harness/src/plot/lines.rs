@@ -22,6 +22,26 @@ pub struct LineChart {
     pub series: Vec<Series>,
     /// Fix the y range to start at 0 (wall times, fractions).
     pub y_from_zero: bool,
+    /// The x axis counts things (turns, nights): label whole numbers only.
+    pub x_integer: bool,
+}
+
+/// A tick label without a trailing `.0`: `100`, `2.5`, `0.125`.
+pub fn tick_label(v: f64) -> String {
+    if (v - v.round()).abs() < 1e-9 {
+        return format!("{}", v.round() as i64);
+    }
+    let s = format!("{v:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// Labels for an axis of whole numbers: fractional ticks get none.
+fn integer_tick_label(v: f64) -> String {
+    if (v - v.round()).abs() < 1e-9 {
+        tick_label(v)
+    } else {
+        String::new()
+    }
 }
 
 const PALETTE: [RGBColor; 6] = [
@@ -67,8 +87,13 @@ fn render<DB: DrawingBackend>(
         .y_label_area_size(70)
         .build_cartesian_2d(x0..x1, y0..y1)
         .map_err(|x| e(&x))?;
+    let x_ticks = if c.x_integer { ((x1 - x0).floor() as usize + 1).clamp(2, 12) } else { 10 };
+    let x_format: &dyn Fn(&f64) -> String = if c.x_integer { &|v| integer_tick_label(*v) } else { &|v| tick_label(*v) };
     chart
         .configure_mesh()
+        .x_labels(x_ticks)
+        .x_label_formatter(x_format)
+        .y_label_formatter(&|v| tick_label(*v))
         .x_desc(&c.x_label)
         .y_desc(&c.y_label)
         .label_style((FAMILY, 13))
@@ -103,4 +128,19 @@ pub fn draw(chart: &LineChart, stem: &Path) -> Result<(PathBuf, PathBuf), PlotEr
     render(SVGBackend::new(&svg, size).into_drawing_area(), chart, &svg)?;
     render(BitMapBackend::new(&png, size).into_drawing_area(), chart, &png)?;
     Ok((svg, png))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tick_labels_drop_a_trailing_zero() {
+        assert_eq!(tick_label(100.0), "100");
+        assert_eq!(tick_label(2.5), "2.5");
+        assert_eq!(tick_label(0.125), "0.125");
+        assert_eq!(tick_label(-3.0), "-3");
+        assert_eq!(integer_tick_label(2.0), "2");
+        assert_eq!(integer_tick_label(2.5), "");
+    }
 }

@@ -83,6 +83,7 @@ fn growth_charts(scenario: &str, turns: &[GrowthTurn]) -> (LineChart, LineChart)
             },
         ],
         y_from_zero: true,
+        x_integer: false,
     };
     let pct = |a: usize, b: usize| if b > 0 { 100.0 * a as f64 / b as f64 } else { 0.0 };
     // The oracle first, so the measured line is drawn over it: where they agree only the measured one shows.
@@ -103,6 +104,7 @@ fn growth_charts(scenario: &str, turns: &[GrowthTurn]) -> (LineChart, LineChart)
         y_label: "prompt tokens reused (%)".into(),
         series,
         y_from_zero: true,
+        x_integer: true,
     };
     (wall, reuse)
 }
