@@ -75,12 +75,48 @@ fn text_lines(svg: &str) -> Vec<&str> {
 fn bounds_chart_draws_every_scenario() {
     let dir = tmp("bounds");
     let bars = vec![
-        BoundBar { scenario: "inkling-stress".into(), failures: 0, trials: 299, upper: 0.00997, limit: Some(0.01) },
-        BoundBar { scenario: "glm53-stress".into(), failures: 2, trials: 300, upper: 0.0213, limit: Some(0.01) },
+        BoundBar { label: "inkling-stress".into(), failures: 0, trials: 299, upper: 0.00997, limit: Some(0.01) },
+        BoundBar { label: "glm53-stress".into(), failures: 2, trials: 300, upper: 0.0213, limit: Some(0.01) },
     ];
-    let (svg, png) = bounds::draw(&bars, "failure-rate bounds (95% one-sided)", &dir.join("bounds")).expect("draw");
+    let (svg, png) =
+        bounds::draw(&bars, "failure-rate bounds (95% one-sided)", "scenario (failures/trials)", &dir.join("bounds"))
+            .expect("draw");
     let text = std::fs::read_to_string(&svg).expect("svg");
     assert!(text.contains("inkling-stress (0/299)") && text.contains("glm53-stress (2/300)"), "scenario labels");
     assert!(text.contains("failure rate (%)"));
     assert!(std::fs::metadata(&png).expect("png").len() > 5000);
+    assert_bars_fill_the_axis(&text, 2);
+}
+
+#[test]
+fn one_bar_fills_the_axis_and_no_limit_means_no_limit_legend() {
+    let dir = tmp("one-bar");
+    let bars = vec![BoundBar { label: "previous-turn".into(), failures: 3, trials: 50, upper: 0.15, limit: None }];
+    let (svg, _) = bounds::draw(&bars, "t", "stale context", &dir.join("b")).expect("draw");
+    let text = std::fs::read_to_string(&svg).expect("svg");
+    assert_bars_fill_the_axis(&text, 1);
+    assert!(!text.contains("max_failure_rate"), "a limit legend without a limit");
+}
+
+/// The `n` bars are the only segments: the last one ends a margin (40 px) before the plot area's right edge (no
+/// empty segment after it).
+fn assert_bars_fill_the_axis(svg: &str, n: usize) {
+    let attr = |tag: &str, name: &str| -> f64 {
+        let key = format!(" {name}=\"");
+        let from = tag.find(&key).expect("attribute") + key.len();
+        tag[from..].split('"').next().and_then(|v| v.parse().ok()).expect("number")
+    };
+    let bars: Vec<(f64, f64)> = svg
+        .lines()
+        .filter(|l| l.starts_with("<rect") && l.contains("fill=\"#1F77B4\"") && attr(l, "width") > 20.0)
+        .map(|l| (attr(l, "x"), attr(l, "width")))
+        .collect();
+    assert_eq!(bars.len(), n, "bars: {bars:?}");
+    let right = svg
+        .lines()
+        .filter(|l| l.starts_with("<line") && l.contains("opacity=\"0.1\""))
+        .map(|l| attr(l, "x2"))
+        .fold(0.0, f64::max);
+    let (x, w) = bars[n - 1];
+    assert!((x + w + 40.0 - right).abs() <= 2.0, "last bar ends at {} but the axis at {right}", x + w);
 }

@@ -5,12 +5,14 @@ use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 
+use super::lines::tick_label;
 use super::{init_font, PlotError, FAMILY};
 
 /// One scenario's numbers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BoundBar {
-    pub scenario: String,
+    /// What the bar counts: a scenario, or a stale context.
+    pub label: String,
     pub failures: u64,
     pub trials: u64,
     /// Upper bound of the failure rate at the scenario's confidence.
@@ -19,10 +21,34 @@ pub struct BoundBar {
     pub limit: Option<f64>,
 }
 
+/// The x axis: bar i spans [i, i + 1], and the only key points are the bar centres, where the names go.
+struct BarAxis {
+    bars: usize,
+}
+
+impl Ranged for BarAxis {
+    type FormatOption = plotters::coord::ranged1d::DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, v: &f64, limit: (i32, i32)) -> i32 {
+        let share = v / self.bars as f64;
+        limit.0 + (share * f64::from(limit.1 - limit.0)).round() as i32
+    }
+
+    fn key_points<Hint: plotters::coord::ranged1d::KeyPointHint>(&self, _hint: Hint) -> Vec<f64> {
+        (0..self.bars).map(|i| i as f64 + 0.5).collect()
+    }
+
+    fn range(&self) -> std::ops::Range<f64> {
+        0.0..self.bars as f64
+    }
+}
+
 fn render<DB: DrawingBackend>(
     root: DrawingArea<DB, plotters::coord::Shift>,
     bars: &[BoundBar],
     title: &str,
+    x_desc: &str,
     path: &Path,
 ) -> Result<(), PlotError> {
     let e = |x: &dyn std::fmt::Display| PlotError::new(path, x);
@@ -34,18 +60,16 @@ fn render<DB: DrawingBackend>(
         .margin(14)
         .x_label_area_size(60)
         .y_label_area_size(70)
-        .build_cartesian_2d((0..n).into_segmented(), 0f64..top)
+        .build_cartesian_2d(BarAxis { bars: n }, 0f64..top)
         .map_err(|x| e(&x))?;
-    let names: Vec<String> = bars.iter().map(|b| format!("{} ({}/{})", b.scenario, b.failures, b.trials)).collect();
+    let names: Vec<String> = bars.iter().map(|b| format!("{} ({}/{})", b.label, b.failures, b.trials)).collect();
     chart
         .configure_mesh()
         .disable_x_mesh()
         .x_labels(n)
-        .x_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(i) => names.get(*i).cloned().unwrap_or_default(),
-            _ => String::new(),
-        })
-        .x_desc("scenario (failures/trials)")
+        .x_label_formatter(&|v| names.get(v.floor() as usize).cloned().unwrap_or_default())
+        .y_label_formatter(&|v| tick_label(*v))
+        .x_desc(x_desc)
         .y_desc("failure rate (%)")
         .label_style((FAMILY, 12))
         .draw()
@@ -53,10 +77,7 @@ fn render<DB: DrawingBackend>(
     let blue = RGBColor(31, 119, 180);
     chart
         .draw_series(bars.iter().enumerate().map(|(i, b)| {
-            let mut r = Rectangle::new(
-                [(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), b.upper * 100.0)],
-                blue.mix(0.35).filled(),
-            );
+            let mut r = Rectangle::new([(i as f64, 0.0), (i as f64 + 1.0, b.upper * 100.0)], blue.mix(0.35).filled());
             r.set_margin(0, 0, 40, 40);
             r
         }))
@@ -65,28 +86,23 @@ fn render<DB: DrawingBackend>(
         .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], blue.mix(0.35).filled()));
     chart
         .draw_series(bars.iter().enumerate().map(|(i, b)| {
-            Circle::new(
-                (SegmentValue::CenterOf(i), 100.0 * b.failures as f64 / b.trials.max(1) as f64),
-                4,
-                blue.filled(),
-            )
+            Circle::new((i as f64 + 0.5, 100.0 * b.failures as f64 / b.trials.max(1) as f64), 4, blue.filled())
         }))
         .map_err(|x| e(&x))?
         .label("observed failure rate")
         .legend(move |(x, y)| Circle::new((x + 7, y), 4, blue.filled()));
     let red = RGBColor(214, 39, 40);
-    chart
-        .draw_series(bars.iter().enumerate().filter_map(|(i, b)| {
-            b.limit.map(|l| {
-                PathElement::new(
-                    vec![(SegmentValue::Exact(i), l * 100.0), (SegmentValue::Exact(i + 1), l * 100.0)],
-                    red.stroke_width(2),
-                )
-            })
-        }))
-        .map_err(|x| e(&x))?
-        .label("max_failure_rate the scenario allows")
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], red.stroke_width(2)));
+    if bars.iter().any(|b| b.limit.is_some()) {
+        chart
+            .draw_series(bars.iter().enumerate().filter_map(|(i, b)| {
+                b.limit.map(|l| {
+                    PathElement::new(vec![(i as f64, l * 100.0), (i as f64 + 1.0, l * 100.0)], red.stroke_width(2))
+                })
+            }))
+            .map_err(|x| e(&x))?
+            .label("max_failure_rate the scenario allows")
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], red.stroke_width(2)));
+    }
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperRight)
@@ -98,12 +114,12 @@ fn render<DB: DrawingBackend>(
     root.present().map_err(|x| e(&x))
 }
 
-/// Draw `<stem>.svg` and `<stem>.png`.
-pub fn draw(bars: &[BoundBar], title: &str, stem: &Path) -> Result<(PathBuf, PathBuf), PlotError> {
+/// Draw `<stem>.svg` and `<stem>.png`; `x_desc` names what a bar is (with "(failures/trials)").
+pub fn draw(bars: &[BoundBar], title: &str, x_desc: &str, stem: &Path) -> Result<(PathBuf, PathBuf), PlotError> {
     init_font();
     let (svg, png) = (stem.with_extension("svg"), stem.with_extension("png"));
     let size = (900, 540);
-    render(SVGBackend::new(&svg, size).into_drawing_area(), bars, title, &svg)?;
-    render(BitMapBackend::new(&png, size).into_drawing_area(), bars, title, &png)?;
+    render(SVGBackend::new(&svg, size).into_drawing_area(), bars, title, x_desc, &svg)?;
+    render(BitMapBackend::new(&png, size).into_drawing_area(), bars, title, x_desc, &png)?;
     Ok((svg, png))
 }

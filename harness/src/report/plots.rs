@@ -138,7 +138,7 @@ pub fn draw_run(dir: &Path, summary: &Summary, trials: &[TrialRecord]) -> Result
         .iter()
         .filter_map(|s| {
             s.bound.map(|b| BoundBar {
-                scenario: s.name.clone(),
+                label: s.name.clone(),
                 failures: b.failures,
                 trials: b.trials,
                 upper: b.upper,
@@ -156,7 +156,7 @@ pub fn draw_run(dir: &Path, summary: &Summary, trials: &[TrialRecord]) -> Result
         let part = if charts > 1 { format!(" ({} of {charts})", i + 1) } else { String::new() };
         let title = format!("failure rate per scenario: observed and upper bound at {conf}{part}");
         let name = if charts > 1 { format!("bounds-{}", i + 1) } else { "bounds".to_string() };
-        bounds::draw(chunk, &title, &out.join(&name))?;
+        bounds::draw(chunk, &title, "scenario (failures/trials)", &out.join(&name))?;
         plots.push(Plot { group: "bounds", title, svg: rel(&name, "svg"), png: Some(rel(&name, "png")) });
     }
 
@@ -167,7 +167,7 @@ pub fn draw_run(dir: &Path, summary: &Summary, trials: &[TrialRecord]) -> Result
             .iter()
             .filter_map(|c| {
                 c.not_fresh_bound.map(|b| BoundBar {
-                    scenario: c.context.clone(),
+                    label: c.context.clone(),
                     failures: b.failures,
                     trials: b.trials,
                     upper: b.upper,
@@ -184,7 +184,7 @@ pub fn draw_run(dir: &Path, summary: &Summary, trials: &[TrialRecord]) -> Result
             st.confidence * 100.0
         );
         let name = format!("staleness-{}", stem(&s.name));
-        bounds::draw(&bars, &title, &out.join(&name))?;
+        bounds::draw(&bars, &title, "stale context (stale or corrupt replies/cases)", &out.join(&name))?;
         plots.push(Plot { group: "staleness", title, svg: rel(&name, "svg"), png: Some(rel(&name, "png")) });
     }
 
