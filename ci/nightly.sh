@@ -38,6 +38,12 @@ if [ -f "$run_dir/results.jsonl" ] && [ -f "$run_dir/run.json" ]; then
   fi
 fi
 
+# A picture of the report for the artifact, when a Chromium is installed (the PR gate's tests check rendering).
+if [ -f "$run_dir/index.html" ] && { [ -n "${CHROME:-}" ] || command -v chromium >/dev/null 2>&1; }; then
+  HEIGHT=4000 bash ci/screenshot-index.sh "$run_dir" "$run_dir/index.png" ||
+    echo "nightly: the screenshot of $run_dir/index.html failed (the run's verdict stands)" >&2
+fi
+
 if [ -n "${GITHUB_STEP_SUMMARY:-}" ] && [ -f "$run_dir/summary.md" ]; then
   cat "$run_dir/summary.md" >>"$GITHUB_STEP_SUMMARY"
 fi
