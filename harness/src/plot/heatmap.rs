@@ -27,30 +27,43 @@ fn render<DB: DrawingBackend>(
     let e = |x: &dyn std::fmt::Display| PlotError::new(path, x);
     root.fill(&WHITE).map_err(|x| e(&x))?;
     let (main, legend) = root.split_horizontally(size.0 - 170);
+    // Layer L spans [L - 0.5, L + 0.5], so its label sits at the middle of its band.
+    let band = |l: usize| (l as f64 - 0.5, l as f64 + 0.5);
     let mut chart = ChartBuilder::on(&main)
         .caption(title, (FAMILY, 18))
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d(0..positions as i64, 0..layers as i64)
+        .build_cartesian_2d(0..positions as i64, -0.5..layers as f64 - 0.5)
         .map_err(|x| e(&x))?;
     chart
         .configure_mesh()
         .disable_mesh()
+        .y_labels(layers.min(40))
+        .y_label_formatter(&|v| {
+            if (v - v.round()).abs() < 1e-9 {
+                format!("{}", v.round() as i64)
+            } else {
+                String::new()
+            }
+        })
         .x_desc("position (absolute)")
         .y_desc("layer")
         .label_style((FAMILY, 13))
         .draw()
         .map_err(|x| e(&x))?;
-    // compared-and-identical rows in light grey, so "no difference" is visibly different from "not compared"
-    let identical = d.layers.iter().filter(|l| l.rows_compared > 0).map(|l| {
-        Rectangle::new([(0, l.layer as i64), (positions as i64, l.layer as i64 + 1)], RGBColor(235, 235, 235).filled())
+    // Positions both states hold and compared identical are light grey; positions one side does not hold (outside
+    // a ring's window, past a shorter state) stay white: "no difference" must look different from "not compared".
+    let identical = d.tensors.iter().flat_map(|t| {
+        let (y0, y1) = band(t.layer);
+        t.compared.iter().map(move |&(p0, p1)| Rectangle::new([(p0, y0), (p1, y1)], RGBColor(235, 235, 235).filled()))
     });
     chart.draw_series(identical).map_err(|x| e(&x))?;
     let cells = d.tensors.iter().flat_map(|t| {
+        let (y0, y1) = band(t.layer);
         t.divergent.iter().map(move |&(p, v)| {
             let c = colour((v as f64).max(1e-12).log10(), lo, hi);
-            Rectangle::new([(p, t.layer as i64), (p + 1, t.layer as i64 + 1)], c.filled())
+            Rectangle::new([(p, y0), (p + 1, y1)], c.filled())
         })
     });
     chart.draw_series(cells).map_err(|x| e(&x))?;
@@ -67,6 +80,9 @@ fn render<DB: DrawingBackend>(
     legend.draw(&text(format!("{lo:.1}"), 60 + (steps - 1) * 12)).map_err(|x| e(&x))?;
     legend.draw(&Rectangle::new([(10, 320), (40, 332)], RGBColor(235, 235, 235).filled())).map_err(|x| e(&x))?;
     legend.draw(&text("identical".into(), 320)).map_err(|x| e(&x))?;
+    let grey = RGBColor(200, 200, 200);
+    legend.draw(&Rectangle::new([(10, 344), (40, 356)], grey.stroke_width(1))).map_err(|x| e(&x))?;
+    legend.draw(&text("not held by both".into(), 344)).map_err(|x| e(&x))?;
     root.present().map_err(|x| e(&x))
 }
 

@@ -32,6 +32,24 @@ pub struct TensorDiff {
     pub rotation_b: Option<usize>,
     /// (position, max |diff|) of every divergent row, for the heatmap.
     pub divergent: Vec<(i64, f32)>,
+    /// The positions compared (held by both sides), as half-open runs `[start, end)`: a ring holds only its
+    /// window, and the heatmap must not paint positions nobody compared as identical.
+    #[serde(default)]
+    pub compared: Vec<(i64, i64)>,
+}
+
+/// Sorted positions as half-open runs of consecutive ones.
+fn runs(mut positions: Vec<i64>) -> Vec<(i64, i64)> {
+    positions.sort_unstable();
+    let mut out: Vec<(i64, i64)> = Vec::new();
+    for p in positions {
+        match out.last_mut() {
+            Some((_, end)) if *end == p => *end = p + 1,
+            Some((_, end)) if *end > p => {}
+            _ => out.push((p, p + 1)),
+        }
+    }
+    out
 }
 
 /// All tensors of one layer together.
@@ -171,7 +189,9 @@ fn diff_tensor(
         rotation_a: None,
         rotation_b: None,
         divergent: Vec::new(),
+        compared: Vec::new(),
     };
+    let mut compared = Vec::new();
     (t.misplaced_a, t.rotation_a) = misplaced(ea.kind, &pa);
     (t.misplaced_b, t.rotation_b) = misplaced(eb.kind, &pb);
     for (i, &p) in pa.iter().enumerate() {
@@ -185,6 +205,7 @@ fn diff_tensor(
             continue;
         }
         t.rows_compared += 1;
+        compared.push(p);
         let (ra, rb) = (a.row_bytes(ea, i), b.row_bytes(eb, j));
         if ra == rb {
             t.rows_identical += 1;
@@ -210,6 +231,7 @@ fn diff_tensor(
     }
     t.only_in_b = b_row.iter().zip(&seen_in_a).filter(|(&j, &seen)| j != usize::MAX && !seen).count();
     t.divergent.sort_by_key(|&(p, _)| p);
+    t.compared = runs(compared);
     Ok(t)
 }
 
@@ -299,6 +321,13 @@ mod tests {
         assert_eq!(ulp_distance(-0.0, 0.0), 0);
         assert_eq!(ulp_distance(f32::from_bits(1), -f32::from_bits(1)), 2);
         assert_eq!(ulp_distance(f32::NAN, 1.0), u64::MAX);
+    }
+
+    #[test]
+    fn compared_positions_become_runs() {
+        assert_eq!(runs(vec![5, 3, 4, 9, 10, 0]), vec![(0, 1), (3, 6), (9, 11)]);
+        assert_eq!(runs(vec![2, 2, 3]), vec![(2, 4)]);
+        assert!(runs(Vec::new()).is_empty());
     }
 
     #[test]
