@@ -112,4 +112,33 @@ pub struct StateDump {
     pub tensors: Vec<DumpTensor>,
 }
 
+impl StateDump {
+    /// The dump of one slot of the engine `info` describes: `len` positions covered, `capacity` allocated.
+    pub fn of_slot(
+        info: crate::engine::EngineInfo,
+        slot: usize,
+        (len, capacity): (usize, usize),
+        record: &crate::prefix::PrefixRecord,
+        tensors: Vec<DumpTensor>,
+    ) -> Self {
+        StateDump {
+            meta: DumpMeta {
+                arch: info.arch,
+                preset: info.preset,
+                model_hash: info.model_hash,
+                fault: info.fault,
+                slot,
+                len,
+                capacity,
+            },
+            record: RecordDump {
+                ids: record.ids().to_vec(),
+                tainted: record.is_tainted(),
+                capacity: record.capacity(),
+            },
+            tensors,
+        }
+    }
+}
+
 pub use crate::dump_file::{read_file, write_file};

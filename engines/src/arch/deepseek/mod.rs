@@ -19,7 +19,7 @@ use state::SlotState;
 
 use crate::bundled::{ArchInfo, Entry};
 use crate::config::{ModelConfig, Preset};
-use crate::dump::{DumpMeta, RecordDump, StateDump, Writer, WriterKind};
+use crate::dump::{StateDump, Writer, WriterKind};
 use crate::engine::{Engine, EngineInfo, Flow, Observer, Reply, Request, StopReason, Timings};
 use crate::error::{EngineError, Result};
 use crate::fault::Fault;
@@ -255,24 +255,7 @@ impl Engine for DeepSeek {
 
     fn dump(&self, slot: usize) -> Result<StateDump> {
         let st = self.slots.get(slot).ok_or(EngineError::NoSuchSlot { slot, slots: self.slots.len() })?;
-        let info = self.info();
-        Ok(StateDump {
-            meta: DumpMeta {
-                arch: info.arch,
-                preset: info.preset,
-                model_hash: info.model_hash,
-                fault: info.fault,
-                slot,
-                len: st.len,
-                capacity: st.capacity,
-            },
-            record: RecordDump {
-                ids: st.record.ids().to_vec(),
-                tainted: st.record.is_tainted(),
-                capacity: st.record.capacity(),
-            },
-            tensors: st.dump_tensors(),
-        })
+        Ok(StateDump::of_slot(self.info(), slot, (st.len, st.capacity), &st.record, st.dump_tensors()))
     }
 
     fn reset(&mut self) {
