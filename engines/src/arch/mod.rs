@@ -1,7 +1,9 @@
-//! The bundled engines, one folder each.
+//! The bundled engines, one folder each, and the pieces they share (one concept per file).
 
 pub mod deepseek;
 pub mod glm;
 pub mod glm53;
 pub mod inkling;
 pub mod kimi;
+
+mod model_hash;

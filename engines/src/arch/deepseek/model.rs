@@ -5,8 +5,7 @@
 //! overlapping blocks: 2·ratio state rows, each position contributing two halves), odd layers `4 · compress_ratio`
 //! without overlap.
 
-use sha2::{Digest, Sha256};
-
+use crate::arch::model_hash::model_hash;
 use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
 use crate::fixture::{Init, TensorSpec};
@@ -129,14 +128,6 @@ fn load_expert(w: &Weights, prefix: &str, c: &ModelConfig) -> Result<Expert> {
         up: w.tensor(&format!("{prefix}.up_proj.weight"), &[c.ffn, c.hidden])?,
         down: w.tensor(&format!("{prefix}.down_proj.weight"), &[c.hidden, c.ffn])?,
     })
-}
-
-/// The short hash identifying a model: config and weight bytes.
-fn model_hash(config: &ModelConfig, weights: &Weights) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(serde_json::to_vec(config).unwrap_or_default());
-    hasher.update(weights.raw());
-    hasher.finalize().iter().take(6).map(|b| format!("{b:02x}")).collect()
 }
 
 /// Shape checks of the fields only this arch reads.

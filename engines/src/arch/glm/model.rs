@@ -3,8 +3,7 @@
 //! and `kv_b_proj` decompresses the latent into every head's key (nope part) and value at attention time.
 //! The FFN is a MoE with routed and shared experts.
 
-use sha2::{Digest, Sha256};
-
+use crate::arch::model_hash::model_hash;
 use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
 use crate::fixture::{Init, TensorSpec};
@@ -84,14 +83,6 @@ fn load_expert(w: &Weights, prefix: &str, c: &ModelConfig) -> Result<Expert> {
         up: w.tensor(&format!("{prefix}.up_proj.weight"), &[c.ffn, c.hidden])?,
         down: w.tensor(&format!("{prefix}.down_proj.weight"), &[c.hidden, c.ffn])?,
     })
-}
-
-/// The short hash identifying a model: config and weight bytes.
-fn model_hash(config: &ModelConfig, weights: &Weights) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(serde_json::to_vec(config).unwrap_or_default());
-    hasher.update(weights.raw());
-    hasher.finalize().iter().take(6).map(|b| format!("{b:02x}")).collect()
 }
 
 impl Model {

@@ -1,8 +1,7 @@
 //! glm53's weights: GQA attention whose rows are cached whole per position (full caches), a MoE FFN, and a small
 //! MTP drafter (its own attention + dense FFN layers over the main model's embeddings and lm head).
 
-use sha2::{Digest, Sha256};
-
+use crate::arch::model_hash::model_hash;
 use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
 use crate::fixture::{Init, TensorSpec};
@@ -120,14 +119,6 @@ fn load_expert(w: &Weights, prefix: &str, c: &ModelConfig) -> Result<Expert> {
         up: w.tensor(&format!("{prefix}.up_proj.weight"), &[c.ffn, c.hidden])?,
         down: w.tensor(&format!("{prefix}.down_proj.weight"), &[c.hidden, c.ffn])?,
     })
-}
-
-/// The short hash identifying a model: config and weight bytes.
-fn model_hash(config: &ModelConfig, weights: &Weights) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(serde_json::to_vec(config).unwrap_or_default());
-    hasher.update(weights.raw());
-    hasher.finalize().iter().take(6).map(|b| format!("{b:02x}")).collect()
 }
 
 impl Model {

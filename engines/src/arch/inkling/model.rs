@@ -1,8 +1,7 @@
 //! Inkling's weights: GQA attention with short convolutions on k/v, sliding-window layers (rings) and global
 //! layers (full caches) about 5:1, a MoE FFN, and an audio projection mixing frame payloads into the embedding.
 
-use sha2::{Digest, Sha256};
-
+use crate::arch::model_hash::model_hash;
 use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::fixture::{Init, TensorSpec};
@@ -94,14 +93,6 @@ fn load_expert(w: &Weights, prefix: &str, c: &ModelConfig) -> Result<Expert> {
         up: w.tensor(&format!("{prefix}.up_proj.weight"), &[c.ffn, c.hidden])?,
         down: w.tensor(&format!("{prefix}.down_proj.weight"), &[c.hidden, c.ffn])?,
     })
-}
-
-/// The short hash identifying a model: config and weight bytes.
-pub fn model_hash(config: &ModelConfig, weights: &Weights) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(serde_json::to_vec(config).unwrap_or_default());
-    hasher.update(weights.raw());
-    hasher.finalize().iter().take(6).map(|b| format!("{b:02x}")).collect()
 }
 
 impl Model {
