@@ -6,4 +6,5 @@ pub mod glm53;
 pub mod inkling;
 pub mod kimi;
 
+mod checkpoint_layout;
 mod model_hash;

@@ -5,12 +5,13 @@
 //! overlapping blocks: 2·ratio state rows, each position contributing two halves), odd layers `4 · compress_ratio`
 //! without overlap.
 
+use crate::arch::checkpoint_layout::{layer_name, moe_specs, LayerExperts};
 use crate::arch::model_hash::model_hash;
 use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
 use crate::fixture::{Init, TensorSpec};
 use crate::kernels::Rope;
-use crate::moe::{Expert, Moe};
+use crate::moe::Moe;
 use crate::weights::Weights;
 
 /// The compressor of one layer: per position a kv row and a score row (`coff · width` wide, coff = 2 with overlap),
@@ -79,16 +80,6 @@ pub fn layer_overlap(c: &ModelConfig, l: usize) -> bool {
     layer_ratio(c, l) == 4
 }
 
-fn layer_name(i: usize, rest: &str) -> String {
-    format!("model.layers.{i}.{rest}")
-}
-
-fn expert_specs(prefix: &str, c: &ModelConfig, out: &mut Vec<TensorSpec>) {
-    out.push(TensorSpec::linear(format!("{prefix}.gate_proj.weight"), c.ffn, c.hidden));
-    out.push(TensorSpec::linear(format!("{prefix}.up_proj.weight"), c.ffn, c.hidden));
-    out.push(TensorSpec::linear(format!("{prefix}.down_proj.weight"), c.hidden, c.ffn));
-}
-
 /// The checkpoint's tensors, in the order a fixture writes them.
 pub fn tensor_specs(c: &ModelConfig) -> Vec<TensorSpec> {
     let (h, hd) = (c.hidden, c.head_dim);
@@ -109,25 +100,11 @@ pub fn tensor_specs(c: &ModelConfig) -> Vec<TensorSpec> {
         s.push(TensorSpec::new(layer_name(i, "self_attn.compressor.ape"), &[ratio, coff * kvd], Init::Uniform(0.5)));
         s.push(TensorSpec::new(layer_name(i, "self_attn.compressor.norm.weight"), &[kvd], Init::Ones));
         s.push(TensorSpec::new(layer_name(i, "post_attention_layernorm.weight"), &[h], Init::Ones));
-        s.push(TensorSpec::linear(layer_name(i, "mlp.gate.weight"), c.experts, h));
-        for e in 0..c.experts {
-            expert_specs(&layer_name(i, &format!("mlp.experts.{e}")), c, &mut s);
-        }
-        for e in 0..c.shared_experts {
-            expert_specs(&layer_name(i, &format!("mlp.shared_experts.{e}")), c, &mut s);
-        }
+        moe_specs(c, i, &mut s);
     }
     s.push(TensorSpec::new("model.norm.weight", &[h], Init::Ones));
     s.push(TensorSpec::linear("lm_head.weight", c.vocab, h));
     s
-}
-
-fn load_expert(w: &Weights, prefix: &str, c: &ModelConfig) -> Result<Expert> {
-    Ok(Expert {
-        gate: w.tensor(&format!("{prefix}.gate_proj.weight"), &[c.ffn, c.hidden])?,
-        up: w.tensor(&format!("{prefix}.up_proj.weight"), &[c.ffn, c.hidden])?,
-        down: w.tensor(&format!("{prefix}.down_proj.weight"), &[c.hidden, c.ffn])?,
-    })
 }
 
 /// Shape checks of the fields only this arch reads.
@@ -155,12 +132,7 @@ impl Model {
             let t = |rest: &str, shape: &[usize]| w.tensor(&layer_name(i, rest), shape);
             let (ratio, overlap) = (layer_ratio(&c, i), layer_overlap(&c, i));
             let coff = 1 + usize::from(overlap);
-            let experts = (0..c.experts)
-                .map(|e| load_expert(w, &layer_name(i, &format!("mlp.experts.{e}")), &c))
-                .collect::<Result<Vec<_>>>()?;
-            let shared = (0..c.shared_experts)
-                .map(|e| load_expert(w, &layer_name(i, &format!("mlp.shared_experts.{e}")), &c))
-                .collect::<Result<Vec<_>>>()?;
+            let experts = LayerExperts::load(w, &c, i)?;
             layers.push(Layer {
                 attn_norm: t("input_layernorm.weight", &[h])?,
                 wq: t("self_attn.q_proj.weight", &[qd, h])?,
@@ -179,14 +151,7 @@ impl Model {
                     norm: t("self_attn.compressor.norm.weight", &[kvd])?,
                 },
                 ffn_norm: t("post_attention_layernorm.weight", &[h])?,
-                moe: Moe {
-                    hidden: h,
-                    ffn: c.ffn,
-                    top_k: c.top_k,
-                    router: t("mlp.gate.weight", &[c.experts, h])?,
-                    experts,
-                    shared,
-                },
+                moe: experts.with_router(w, &c)?,
             });
         }
         Ok(Model {

@@ -3,12 +3,13 @@
 //! and `kv_b_proj` decompresses the latent into every head's key (nope part) and value at attention time.
 //! The FFN is a MoE with routed and shared experts.
 
+use crate::arch::checkpoint_layout::{layer_name, moe_specs, LayerExperts};
 use crate::arch::model_hash::model_hash;
 use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
 use crate::fixture::{Init, TensorSpec};
 use crate::kernels::Rope;
-use crate::moe::{Expert, Moe};
+use crate::moe::Moe;
 use crate::weights::Weights;
 
 /// One transformer layer.
@@ -42,16 +43,6 @@ pub struct Model {
     pub hash: String,
 }
 
-fn layer_name(i: usize, rest: &str) -> String {
-    format!("model.layers.{i}.{rest}")
-}
-
-fn expert_specs(prefix: &str, c: &ModelConfig, out: &mut Vec<TensorSpec>) {
-    out.push(TensorSpec::linear(format!("{prefix}.gate_proj.weight"), c.ffn, c.hidden));
-    out.push(TensorSpec::linear(format!("{prefix}.up_proj.weight"), c.ffn, c.hidden));
-    out.push(TensorSpec::linear(format!("{prefix}.down_proj.weight"), c.hidden, c.ffn));
-}
-
 /// The checkpoint's tensors, in the order a fixture writes them.
 pub fn tensor_specs(c: &ModelConfig) -> Vec<TensorSpec> {
     let (h, hd) = (c.hidden, c.head_dim);
@@ -64,25 +55,11 @@ pub fn tensor_specs(c: &ModelConfig) -> Vec<TensorSpec> {
         s.push(TensorSpec::linear(layer_name(i, "self_attn.kv_b_proj.weight"), c.heads * 2 * hd, c.kv_lora));
         s.push(TensorSpec::linear(layer_name(i, "self_attn.o_proj.weight"), h, c.heads * hd));
         s.push(TensorSpec::new(layer_name(i, "post_attention_layernorm.weight"), &[h], Init::Ones));
-        s.push(TensorSpec::linear(layer_name(i, "mlp.gate.weight"), c.experts, h));
-        for e in 0..c.experts {
-            expert_specs(&layer_name(i, &format!("mlp.experts.{e}")), c, &mut s);
-        }
-        for e in 0..c.shared_experts {
-            expert_specs(&layer_name(i, &format!("mlp.shared_experts.{e}")), c, &mut s);
-        }
+        moe_specs(c, i, &mut s);
     }
     s.push(TensorSpec::new("model.norm.weight", &[h], Init::Ones));
     s.push(TensorSpec::linear("lm_head.weight", c.vocab, h));
     s
-}
-
-fn load_expert(w: &Weights, prefix: &str, c: &ModelConfig) -> Result<Expert> {
-    Ok(Expert {
-        gate: w.tensor(&format!("{prefix}.gate_proj.weight"), &[c.ffn, c.hidden])?,
-        up: w.tensor(&format!("{prefix}.up_proj.weight"), &[c.ffn, c.hidden])?,
-        down: w.tensor(&format!("{prefix}.down_proj.weight"), &[c.hidden, c.ffn])?,
-    })
 }
 
 impl Model {
@@ -99,12 +76,7 @@ impl Model {
         let mut layers = Vec::with_capacity(c.layers);
         for i in 0..c.layers {
             let t = |rest: &str, shape: &[usize]| w.tensor(&layer_name(i, rest), shape);
-            let experts = (0..c.experts)
-                .map(|e| load_expert(w, &layer_name(i, &format!("mlp.experts.{e}")), &c))
-                .collect::<Result<Vec<_>>>()?;
-            let shared = (0..c.shared_experts)
-                .map(|e| load_expert(w, &layer_name(i, &format!("mlp.shared_experts.{e}")), &c))
-                .collect::<Result<Vec<_>>>()?;
+            let experts = LayerExperts::load(w, &c, i)?;
             layers.push(Layer {
                 attn_norm: t("input_layernorm.weight", &[h])?,
                 wq: t("self_attn.q_proj.weight", &[c.heads * (hd + c.qk_rope), h])?,
@@ -113,14 +85,7 @@ impl Model {
                 wkv_b: t("self_attn.kv_b_proj.weight", &[c.heads * 2 * hd, c.kv_lora])?,
                 wo: t("self_attn.o_proj.weight", &[h, c.heads * hd])?,
                 ffn_norm: t("post_attention_layernorm.weight", &[h])?,
-                moe: Moe {
-                    hidden: h,
-                    ffn: c.ffn,
-                    top_k: c.top_k,
-                    router: t("mlp.gate.weight", &[c.experts, h])?,
-                    experts,
-                    shared,
-                },
+                moe: experts.with_router(w, &c)?,
             });
         }
         Ok(Model {

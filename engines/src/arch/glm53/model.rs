@@ -1,6 +1,7 @@
 //! glm53's weights: GQA attention whose rows are cached whole per position (full caches), a MoE FFN, and a small
 //! MTP drafter (its own attention + dense FFN layers over the main model's embeddings and lm head).
 
+use crate::arch::checkpoint_layout::{expert_specs, layer_name, load_expert, moe_specs, LayerExperts};
 use crate::arch::model_hash::model_hash;
 use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
@@ -52,10 +53,6 @@ pub struct Model {
     pub hash: String,
 }
 
-fn layer_name(i: usize, rest: &str) -> String {
-    format!("model.layers.{i}.{rest}")
-}
-
 fn draft_name(i: usize, rest: &str) -> String {
     format!("mtp.layers.{i}.{rest}")
 }
@@ -70,25 +67,13 @@ fn attn_specs(name: &dyn Fn(&str) -> String, c: &ModelConfig, out: &mut Vec<Tens
     out.push(TensorSpec::new(name("post_attention_layernorm.weight"), &[h], Init::Ones));
 }
 
-fn expert_specs(prefix: &str, c: &ModelConfig, out: &mut Vec<TensorSpec>) {
-    out.push(TensorSpec::linear(format!("{prefix}.gate_proj.weight"), c.ffn, c.hidden));
-    out.push(TensorSpec::linear(format!("{prefix}.up_proj.weight"), c.ffn, c.hidden));
-    out.push(TensorSpec::linear(format!("{prefix}.down_proj.weight"), c.hidden, c.ffn));
-}
-
 /// The checkpoint's tensors, in the order a fixture writes them.
 pub fn tensor_specs(c: &ModelConfig) -> Vec<TensorSpec> {
     let h = c.hidden;
     let mut s = vec![TensorSpec::new("model.embed_tokens.weight", &[c.vocab, h], Init::Uniform(1.0))];
     for i in 0..c.layers {
         attn_specs(&|rest| layer_name(i, rest), c, &mut s);
-        s.push(TensorSpec::linear(layer_name(i, "mlp.gate.weight"), c.experts, h));
-        for e in 0..c.experts {
-            expert_specs(&layer_name(i, &format!("mlp.experts.{e}")), c, &mut s);
-        }
-        for e in 0..c.shared_experts {
-            expert_specs(&layer_name(i, &format!("mlp.shared_experts.{e}")), c, &mut s);
-        }
+        moe_specs(c, i, &mut s);
     }
     s.push(TensorSpec::new("model.norm.weight", &[h], Init::Ones));
     s.push(TensorSpec::linear("lm_head.weight", c.vocab, h));
@@ -113,14 +98,6 @@ fn load_attn(w: &Weights, name: &dyn Fn(&str) -> String, c: &ModelConfig) -> Res
     })
 }
 
-fn load_expert(w: &Weights, prefix: &str, c: &ModelConfig) -> Result<Expert> {
-    Ok(Expert {
-        gate: w.tensor(&format!("{prefix}.gate_proj.weight"), &[c.ffn, c.hidden])?,
-        up: w.tensor(&format!("{prefix}.up_proj.weight"), &[c.ffn, c.hidden])?,
-        down: w.tensor(&format!("{prefix}.down_proj.weight"), &[c.hidden, c.ffn])?,
-    })
-}
-
 impl Model {
     pub fn load(c: ModelConfig, w: &Weights) -> Result<Model> {
         let bad = |message: String| EngineError::Config { path: w.path().into(), message };
@@ -130,23 +107,11 @@ impl Model {
         let mut layers = Vec::with_capacity(c.layers);
         for i in 0..c.layers {
             let name = |rest: &str| layer_name(i, rest);
-            let experts = (0..c.experts)
-                .map(|e| load_expert(w, &name(&format!("mlp.experts.{e}")), &c))
-                .collect::<Result<Vec<_>>>()?;
-            let shared = (0..c.shared_experts)
-                .map(|e| load_expert(w, &name(&format!("mlp.shared_experts.{e}")), &c))
-                .collect::<Result<Vec<_>>>()?;
+            let experts = LayerExperts::load(w, &c, i)?;
             layers.push(Layer {
                 attn: load_attn(w, &name, &c)?,
                 ffn_norm: w.tensor(&name("post_attention_layernorm.weight"), &[h])?,
-                moe: Moe {
-                    hidden: h,
-                    ffn: c.ffn,
-                    top_k: c.top_k,
-                    router: w.tensor(&name("mlp.gate.weight"), &[c.experts, h])?,
-                    experts,
-                    shared,
-                },
+                moe: experts.with_router(w, &c)?,
             });
         }
         let mut draft = Vec::with_capacity(c.draft_layers);

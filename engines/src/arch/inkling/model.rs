@@ -1,12 +1,13 @@
 //! Inkling's weights: GQA attention with short convolutions on k/v, sliding-window layers (rings) and global
 //! layers (full caches) about 5:1, a MoE FFN, and an audio projection mixing frame payloads into the embedding.
 
+use crate::arch::checkpoint_layout::{layer_name, moe_specs, LayerExperts};
 use crate::arch::model_hash::model_hash;
 use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::fixture::{Init, TensorSpec};
 use crate::kernels::Rope;
-use crate::moe::{Expert, Moe};
+use crate::moe::Moe;
 use crate::weights::Weights;
 
 /// One transformer layer.
@@ -42,16 +43,6 @@ pub struct Model {
     pub hash: String,
 }
 
-fn layer_name(i: usize, rest: &str) -> String {
-    format!("model.layers.{i}.{rest}")
-}
-
-fn expert_specs(prefix: &str, c: &ModelConfig, out: &mut Vec<TensorSpec>) {
-    out.push(TensorSpec::linear(format!("{prefix}.gate_proj.weight"), c.ffn, c.hidden));
-    out.push(TensorSpec::linear(format!("{prefix}.up_proj.weight"), c.ffn, c.hidden));
-    out.push(TensorSpec::linear(format!("{prefix}.down_proj.weight"), c.hidden, c.ffn));
-}
-
 /// The checkpoint's tensors, in the order a fixture writes them.
 pub fn tensor_specs(c: &ModelConfig) -> Vec<TensorSpec> {
     let (h, hd) = (c.hidden, c.head_dim);
@@ -74,25 +65,11 @@ pub fn tensor_specs(c: &ModelConfig) -> Vec<TensorSpec> {
             s.push(TensorSpec::new(layer_name(i, "self_attn.v_conv.weight"), &[c.conv_kernel, kvd], Init::Uniform(a)));
         }
         s.push(TensorSpec::new(layer_name(i, "post_attention_layernorm.weight"), &[h], Init::Ones));
-        s.push(TensorSpec::linear(layer_name(i, "mlp.gate.weight"), c.experts, h));
-        for e in 0..c.experts {
-            expert_specs(&layer_name(i, &format!("mlp.experts.{e}")), c, &mut s);
-        }
-        for e in 0..c.shared_experts {
-            expert_specs(&layer_name(i, &format!("mlp.shared_experts.{e}")), c, &mut s);
-        }
+        moe_specs(c, i, &mut s);
     }
     s.push(TensorSpec::new("model.norm.weight", &[h], Init::Ones));
     s.push(TensorSpec::linear("lm_head.weight", c.vocab, h));
     s
-}
-
-fn load_expert(w: &Weights, prefix: &str, c: &ModelConfig) -> Result<Expert> {
-    Ok(Expert {
-        gate: w.tensor(&format!("{prefix}.gate_proj.weight"), &[c.ffn, c.hidden])?,
-        up: w.tensor(&format!("{prefix}.up_proj.weight"), &[c.ffn, c.hidden])?,
-        down: w.tensor(&format!("{prefix}.down_proj.weight"), &[c.hidden, c.ffn])?,
-    })
 }
 
 impl Model {
@@ -110,12 +87,7 @@ impl Model {
                     Ok(Vec::new())
                 }
             };
-            let experts = (0..c.experts)
-                .map(|e| load_expert(w, &layer_name(i, &format!("mlp.experts.{e}")), &c))
-                .collect::<Result<Vec<_>>>()?;
-            let shared = (0..c.shared_experts)
-                .map(|e| load_expert(w, &layer_name(i, &format!("mlp.shared_experts.{e}")), &c))
-                .collect::<Result<Vec<_>>>()?;
+            let experts = LayerExperts::load(w, &c, i)?;
             layers.push(Layer {
                 global: c.is_global(i),
                 attn_norm: t("input_layernorm.weight", &[h])?,
@@ -128,14 +100,7 @@ impl Model {
                 conv_k: conv("self_attn.k_conv.weight")?,
                 conv_v: conv("self_attn.v_conv.weight")?,
                 ffn_norm: t("post_attention_layernorm.weight", &[h])?,
-                moe: Moe {
-                    hidden: h,
-                    ffn: c.ffn,
-                    top_k: c.top_k,
-                    router: t("mlp.gate.weight", &[c.experts, h])?,
-                    experts,
-                    shared,
-                },
+                moe: experts.with_router(w, &c)?,
             });
         }
         let audio_proj = if c.audio_frame_bytes > 0 {

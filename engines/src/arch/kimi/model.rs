@@ -2,11 +2,12 @@
 //! per-channel decay, a matrix state per head and short convolutions on q/k/v — and every `mla_every`-th layer and
 //! the last are gated MLA without rope (NoPE), caching one latent row per position. MoE FFN everywhere.
 
+use crate::arch::checkpoint_layout::{layer_name, moe_specs, LayerExperts};
 use crate::arch::model_hash::model_hash;
 use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
 use crate::fixture::{Init, TensorSpec};
-use crate::moe::{Expert, Moe};
+use crate::moe::Moe;
 use crate::weights::Weights;
 
 /// Kimi Delta Attention: `S ← (I − β k kᵀ) Diag(α) S + β k vᵀ`, `o = Sᵀ q`, per head.
@@ -79,16 +80,6 @@ pub fn is_mla(c: &ModelConfig, l: usize) -> bool {
     l + 1 == c.layers || (c.mla_every > 0 && (l + 1).is_multiple_of(c.mla_every))
 }
 
-fn layer_name(i: usize, rest: &str) -> String {
-    format!("model.layers.{i}.{rest}")
-}
-
-fn expert_specs(prefix: &str, c: &ModelConfig, out: &mut Vec<TensorSpec>) {
-    out.push(TensorSpec::linear(format!("{prefix}.gate_proj.weight"), c.ffn, c.hidden));
-    out.push(TensorSpec::linear(format!("{prefix}.up_proj.weight"), c.ffn, c.hidden));
-    out.push(TensorSpec::linear(format!("{prefix}.down_proj.weight"), c.hidden, c.ffn));
-}
-
 /// The checkpoint's tensors, in the order a fixture writes them.
 pub fn tensor_specs(c: &ModelConfig) -> Vec<TensorSpec> {
     let (h, hd) = (c.hidden, c.head_dim);
@@ -121,25 +112,11 @@ pub fn tensor_specs(c: &ModelConfig) -> Vec<TensorSpec> {
             s.push(TensorSpec::linear(a("o_proj.weight"), h, qd));
         }
         s.push(TensorSpec::new(layer_name(i, "post_attention_layernorm.weight"), &[h], Init::Ones));
-        s.push(TensorSpec::linear(layer_name(i, "mlp.gate.weight"), c.experts, h));
-        for e in 0..c.experts {
-            expert_specs(&layer_name(i, &format!("mlp.experts.{e}")), c, &mut s);
-        }
-        for e in 0..c.shared_experts {
-            expert_specs(&layer_name(i, &format!("mlp.shared_experts.{e}")), c, &mut s);
-        }
+        moe_specs(c, i, &mut s);
     }
     s.push(TensorSpec::new("model.norm.weight", &[h], Init::Ones));
     s.push(TensorSpec::linear("lm_head.weight", c.vocab, h));
     s
-}
-
-fn load_expert(w: &Weights, prefix: &str, c: &ModelConfig) -> Result<Expert> {
-    Ok(Expert {
-        gate: w.tensor(&format!("{prefix}.gate_proj.weight"), &[c.ffn, c.hidden])?,
-        up: w.tensor(&format!("{prefix}.up_proj.weight"), &[c.ffn, c.hidden])?,
-        down: w.tensor(&format!("{prefix}.down_proj.weight"), &[c.hidden, c.ffn])?,
-    })
 }
 
 /// Shape checks of the fields only this arch reads.
@@ -210,24 +187,12 @@ impl Model {
                     wo: a("o_proj.weight", &[h, qd])?,
                 })
             };
-            let experts = (0..c.experts)
-                .map(|e| load_expert(w, &layer_name(i, &format!("mlp.experts.{e}")), &c))
-                .collect::<Result<Vec<_>>>()?;
-            let shared = (0..c.shared_experts)
-                .map(|e| load_expert(w, &layer_name(i, &format!("mlp.shared_experts.{e}")), &c))
-                .collect::<Result<Vec<_>>>()?;
+            let experts = LayerExperts::load(w, &c, i)?;
             layers.push(Layer {
                 attn_norm: t("input_layernorm.weight", &[h])?,
                 mixer,
                 ffn_norm: t("post_attention_layernorm.weight", &[h])?,
-                moe: Moe {
-                    hidden: h,
-                    ffn: c.ffn,
-                    top_k: c.top_k,
-                    router: t("mlp.gate.weight", &[c.experts, h])?,
-                    experts,
-                    shared,
-                },
+                moe: experts.with_router(w, &c)?,
             });
         }
         Ok(Model {
