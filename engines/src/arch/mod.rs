@@ -8,3 +8,4 @@ pub mod kimi;
 
 mod checkpoint_layout;
 mod model_hash;
+mod request_checks;

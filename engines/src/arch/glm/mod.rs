@@ -17,6 +17,7 @@ use std::time::Instant;
 pub use model::{tensor_specs, Model};
 use state::SlotState;
 
+use crate::arch::request_checks::check_request;
 use crate::bundled::{ArchInfo, Entry};
 use crate::config::{ModelConfig, Preset};
 use crate::dump::{StateDump, Writer, WriterKind};
@@ -89,16 +90,7 @@ impl Glm {
     }
 
     fn validate(&self, req: &Request) -> Result<()> {
-        let c = &self.model.config;
-        if req.slot >= self.slots.len() {
-            return Err(EngineError::NoSuchSlot { slot: req.slot, slots: self.slots.len() });
-        }
-        if req.prompt.is_empty() {
-            return Err(EngineError::EmptyPrompt);
-        }
-        if let Some(&bad) = req.prompt.iter().find(|&&id| id as usize >= c.vocab) {
-            return Err(EngineError::BadRequest(format!("token id {bad} outside the vocabulary ({})", c.vocab)));
-        }
+        check_request(req, self.slots.len(), self.model.config.vocab)?;
         if !req.audio.is_empty() {
             return Err(EngineError::BadRequest("glm takes no audio frames".into()));
         }

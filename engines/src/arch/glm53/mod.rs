@@ -26,6 +26,7 @@ pub use chunks::plan;
 pub use model::{tensor_specs, Model};
 use state::SlotState;
 
+use crate::arch::request_checks::check_request;
 use crate::bundled::{ArchInfo, Entry};
 use crate::config::{ModelConfig, Preset};
 use crate::dump::{StateDump, Writer, WriterKind};
@@ -139,16 +140,7 @@ impl Glm53 {
     }
 
     fn validate(&self, req: &Request) -> Result<()> {
-        let c = &self.model.config;
-        if req.slot >= self.slots.len() {
-            return Err(EngineError::NoSuchSlot { slot: req.slot, slots: self.slots.len() });
-        }
-        if req.prompt.is_empty() {
-            return Err(EngineError::EmptyPrompt);
-        }
-        if let Some(&bad) = req.prompt.iter().find(|&&id| id as usize >= c.vocab) {
-            return Err(EngineError::BadRequest(format!("token id {bad} outside the vocabulary ({})", c.vocab)));
-        }
+        check_request(req, self.slots.len(), self.model.config.vocab)?;
         if !req.audio.is_empty() {
             return Err(EngineError::BadRequest("glm53 takes no audio frames".into()));
         }

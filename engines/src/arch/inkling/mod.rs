@@ -15,6 +15,7 @@ use std::time::Instant;
 pub use model::{tensor_specs, Model};
 use state::SlotState;
 
+use crate::arch::request_checks::check_request;
 use crate::bundled::{ArchInfo, Entry};
 use crate::dump::{StateDump, Writer, WriterKind};
 use crate::engine::{Engine, EngineInfo, Flow, Observer, Reply, Request, StopReason, Timings};
@@ -72,12 +73,9 @@ impl Inkling {
         self.fault == Some(f)
     }
 
-    /// Check the request's shape; returns the audio payload for each prompt position.
+    /// Check the request's audio frames against its audio ids; returns the audio payload for each prompt position.
     fn audio_rows<'a>(&self, req: &'a Request) -> Result<Vec<Option<&'a [u8]>>> {
         let c = &self.model.config;
-        if let Some(&bad) = req.prompt.iter().find(|&&id| id as usize >= c.vocab) {
-            return Err(EngineError::BadRequest(format!("token id {bad} outside the vocabulary ({})", c.vocab)));
-        }
         let audio_ids = req.prompt.iter().filter(|&&id| id == AUDIO).count();
         if audio_ids != req.audio.len() {
             return Err(EngineError::BadRequest(format!(
@@ -147,13 +145,7 @@ impl Engine for Inkling {
     }
 
     fn generate(&mut self, req: &Request, observer: &mut dyn Observer) -> Result<Reply> {
-        let slots = self.slots.len();
-        if req.slot >= slots {
-            return Err(EngineError::NoSuchSlot { slot: req.slot, slots });
-        }
-        if req.prompt.is_empty() {
-            return Err(EngineError::EmptyPrompt);
-        }
+        check_request(req, self.slots.len(), self.model.config.vocab)?;
         let audio = self.audio_rows(req)?;
         let model = Arc::clone(&self.model);
         let c = &model.config;
