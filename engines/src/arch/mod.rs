@@ -6,6 +6,7 @@ pub mod glm53;
 pub mod inkling;
 pub mod kimi;
 
+mod capacity;
 mod checkpoint_layout;
 mod model_hash;
 mod request_checks;

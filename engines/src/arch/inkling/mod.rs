@@ -15,6 +15,7 @@ use std::time::Instant;
 pub use model::{tensor_specs, Model};
 use state::SlotState;
 
+use crate::arch::capacity::grow_to_fit;
 use crate::arch::request_checks::check_request;
 use crate::bundled::{ArchInfo, Entry};
 use crate::dump::{StateDump, Writer, WriterKind};
@@ -94,15 +95,10 @@ impl Inkling {
         Ok(req.prompt.iter().map(|&id| if id == AUDIO { frames.next().map(|f| f.as_slice()) } else { None }).collect())
     }
 
-    /// Grow the slot so `needed` positions fit (doubling, bounded by max_ctx).
+    /// Grow the slot so `needed` positions fit (the shared growth policy).
     fn ensure_capacity(&mut self, slot: usize, needed: usize) {
-        let c = &self.model.config;
         let st = &mut self.slots[slot];
-        if needed <= st.capacity {
-            return;
-        }
-        let next = needed.max(st.capacity * 2).min(c.max_ctx);
-        st.grow(next, self.fault);
+        grow_to_fit(st.capacity, needed, self.model.config.max_ctx, |capacity| st.grow(capacity, self.fault));
     }
 
     /// How many prompt positions the state stands in for.

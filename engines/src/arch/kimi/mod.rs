@@ -16,6 +16,7 @@ use std::time::Instant;
 pub use model::{tensor_specs, Model};
 use state::SlotState;
 
+use crate::arch::capacity::grow_to_fit;
 use crate::arch::request_checks::check_request;
 use crate::bundled::{ArchInfo, Entry};
 use crate::config::{ModelConfig, Preset};
@@ -72,13 +73,10 @@ impl Kimi {
         self.fault == Some(f)
     }
 
-    /// Grow the slot so `needed` positions fit (doubling, bounded by max_ctx).
+    /// Grow the slot so `needed` positions fit (the shared growth policy).
     fn ensure_capacity(&mut self, slot: usize, needed: usize) {
-        let max_ctx = self.model.config.max_ctx;
         let st = &mut self.slots[slot];
-        if needed > st.capacity {
-            st.grow(needed.max(st.capacity * 2).min(max_ctx));
-        }
+        grow_to_fit(st.capacity, needed, self.model.config.max_ctx, |capacity| st.grow(capacity));
     }
 
     /// How many prompt positions the state stands in for.
