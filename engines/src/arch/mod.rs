@@ -9,4 +9,5 @@ pub mod kimi;
 mod capacity;
 mod checkpoint_layout;
 mod model_hash;
+mod reply;
 mod request_checks;

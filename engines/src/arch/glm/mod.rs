@@ -18,11 +18,12 @@ pub use model::{tensor_specs, Model};
 use state::SlotState;
 
 use crate::arch::capacity::grow_to_fit;
+use crate::arch::reply;
 use crate::arch::request_checks::check_request;
 use crate::bundled::{ArchInfo, Entry};
 use crate::config::{ModelConfig, Preset};
 use crate::dump::{StateDump, Writer, WriterKind};
-use crate::engine::{Engine, EngineInfo, Flow, Observer, Reply, Request, StopReason, Timings};
+use crate::engine::{Engine, EngineInfo, Flow, Observer, Reply, Request};
 use crate::error::{EngineError, Result};
 use crate::fault::Fault;
 use crate::prefix::Decision;
@@ -203,15 +204,7 @@ impl Engine for Glm {
         let prefill = t0.elapsed();
         if pos < len {
             // stopped mid-prefill: nothing to sample from
-            return Ok(Reply {
-                tokens: vec![],
-                gaps: vec![],
-                reused,
-                prompt_tokens: len,
-                timings: Timings { prefill, decode: Default::default() },
-                stop: StopReason::Stopped,
-                prefix_log,
-            });
+            return Ok(reply::stopped_in_prefill(reused, len, prefill, prefix_log));
         }
 
         let t1 = Instant::now();
@@ -243,15 +236,7 @@ impl Engine for Glm {
             st.record.record(len, &decoded.tokens);
         }
         st.last_generated = decoded.tokens.len();
-        Ok(Reply {
-            tokens: decoded.tokens,
-            gaps: decoded.gaps,
-            reused,
-            prompt_tokens: len,
-            timings: Timings { prefill, decode: t1.elapsed() },
-            stop: decoded.stop.unwrap_or(StopReason::Length),
-            prefix_log,
-        })
+        Ok(reply::after_decode(decoded, reused, len, prefill, t1.elapsed(), prefix_log))
     }
 
     fn dump(&self, slot: usize) -> Result<StateDump> {

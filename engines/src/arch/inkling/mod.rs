@@ -16,10 +16,11 @@ pub use model::{tensor_specs, Model};
 use state::SlotState;
 
 use crate::arch::capacity::grow_to_fit;
+use crate::arch::reply;
 use crate::arch::request_checks::check_request;
 use crate::bundled::{ArchInfo, Entry};
 use crate::dump::{StateDump, Writer, WriterKind};
-use crate::engine::{Engine, EngineInfo, Flow, Observer, Reply, Request, StopReason, Timings};
+use crate::engine::{Engine, EngineInfo, Flow, Observer, Reply, Request};
 use crate::error::{EngineError, Result};
 use crate::fault::Fault;
 use crate::prefix::{Decision, NoReuse};
@@ -203,33 +204,23 @@ impl Engine for Inkling {
             st.len = pos + 1;
             next
         });
-        let decoded = match decoded {
+        let mut decoded = match decoded {
             Ok(d) => d,
             Err(e) => {
                 st.record.taint();
                 return Err(e);
             }
         };
-        let (tokens, gaps, stop) = (decoded.tokens, decoded.gaps, decoded.stop.unwrap_or(StopReason::Length));
-        let logits = decoded.last_logits;
         if fault == Some(Fault::BulkRecord) {
             // the bug: the whole reply recorded after decode, claiming the never-fed last token
-            st.record.record(req.prompt.len(), &tokens);
+            st.record.record(req.prompt.len(), &decoded.tokens);
         }
-        st.last_logits = logits;
-        st.last_generated = tokens.len();
+        st.last_logits = std::mem::take(&mut decoded.last_logits);
+        st.last_generated = decoded.tokens.len();
         if reused > st.len {
             reused = st.len;
         }
-        Ok(Reply {
-            tokens,
-            gaps,
-            reused,
-            prompt_tokens: req.prompt.len(),
-            timings: Timings { prefill, decode: t1.elapsed() },
-            stop,
-            prefix_log,
-        })
+        Ok(reply::after_decode(decoded, reused, req.prompt.len(), prefill, t1.elapsed(), prefix_log))
     }
 
     fn dump(&self, slot: usize) -> Result<StateDump> {

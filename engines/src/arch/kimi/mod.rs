@@ -17,11 +17,12 @@ pub use model::{tensor_specs, Model};
 use state::SlotState;
 
 use crate::arch::capacity::grow_to_fit;
+use crate::arch::reply;
 use crate::arch::request_checks::check_request;
 use crate::bundled::{ArchInfo, Entry};
 use crate::config::{ModelConfig, Preset};
 use crate::dump::{StateDump, Writer, WriterKind};
-use crate::engine::{Engine, EngineInfo, Flow, Observer, Reply, Request, StopReason, Timings};
+use crate::engine::{Engine, EngineInfo, Flow, Observer, Reply, Request};
 use crate::error::{EngineError, Result};
 use crate::fault::Fault;
 use crate::prefix::{Decision, NoReuse};
@@ -179,15 +180,7 @@ impl Engine for Kimi {
         if pos < req.prompt.len() {
             // stopped mid-prefill: the completed segments stay recorded, there is nothing to sample from
             st.last_logits = logits;
-            return Ok(Reply {
-                tokens: vec![],
-                gaps: vec![],
-                reused,
-                prompt_tokens: req.prompt.len(),
-                timings: Timings { prefill: t0.elapsed(), decode: Default::default() },
-                stop: StopReason::Stopped,
-                prefix_log,
-            });
+            return Ok(reply::stopped_in_prefill(reused, req.prompt.len(), t0.elapsed(), prefix_log));
         }
         let prefill = t0.elapsed();
         let t1 = Instant::now();
@@ -200,23 +193,15 @@ impl Engine for Kimi {
             st.len = pos + 1;
             next
         });
-        let decoded = match decoded {
+        let mut decoded = match decoded {
             Ok(d) => d,
             Err(e) => {
                 st.record.taint();
                 return Err(e);
             }
         };
-        st.last_logits = decoded.last_logits;
-        Ok(Reply {
-            tokens: decoded.tokens,
-            gaps: decoded.gaps,
-            reused,
-            prompt_tokens: req.prompt.len(),
-            timings: Timings { prefill, decode: t1.elapsed() },
-            stop: decoded.stop.unwrap_or(StopReason::Length),
-            prefix_log,
-        })
+        st.last_logits = std::mem::take(&mut decoded.last_logits);
+        Ok(reply::after_decode(decoded, reused, req.prompt.len(), prefill, t1.elapsed(), prefix_log))
     }
 
     fn dump(&self, slot: usize) -> Result<StateDump> {
