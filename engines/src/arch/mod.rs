@@ -8,6 +8,7 @@ pub mod kimi;
 
 mod capacity;
 mod checkpoint_layout;
+mod engine_info;
 mod model_hash;
 mod reply;
 mod request_checks;

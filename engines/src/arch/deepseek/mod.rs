@@ -18,6 +18,7 @@ pub use model::{tensor_specs, Model};
 use state::SlotState;
 
 use crate::arch::capacity::grow_to_fit;
+use crate::arch::engine_info::engine_info;
 use crate::arch::reply;
 use crate::arch::request_checks::check_request;
 use crate::bundled::{ArchInfo, Entry};
@@ -105,20 +106,7 @@ impl DeepSeek {
 impl Engine for DeepSeek {
     fn info(&self) -> EngineInfo {
         let c = &self.model.config;
-        EngineInfo {
-            arch: c.arch.clone(),
-            preset: c.preset.clone(),
-            slots: c.slots,
-            max_ctx: c.max_ctx,
-            vocab: c.vocab,
-            audio: false,
-            audio_frame_bytes: 0,
-            window: Some(c.window),
-            prompt_rows: None,
-            initial_capacity: c.initial_capacity,
-            fault: self.fault.map(|f| f.name().to_string()),
-            model_hash: self.model.hash.clone(),
-        }
+        EngineInfo { window: Some(c.window), ..engine_info(c, self.fault, &self.model.hash) }
     }
 
     fn generate(&mut self, req: &Request, observer: &mut dyn Observer) -> Result<Reply> {

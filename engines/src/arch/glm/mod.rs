@@ -18,6 +18,7 @@ pub use model::{tensor_specs, Model};
 use state::SlotState;
 
 use crate::arch::capacity::grow_to_fit;
+use crate::arch::engine_info::engine_info;
 use crate::arch::reply;
 use crate::arch::request_checks::check_request;
 use crate::bundled::{ArchInfo, Entry};
@@ -132,21 +133,7 @@ impl Glm {
 
 impl Engine for Glm {
     fn info(&self) -> EngineInfo {
-        let c = &self.model.config;
-        EngineInfo {
-            arch: c.arch.clone(),
-            preset: c.preset.clone(),
-            slots: c.slots,
-            max_ctx: c.max_ctx,
-            vocab: c.vocab,
-            audio: false,
-            audio_frame_bytes: 0,
-            window: None,
-            prompt_rows: None,
-            initial_capacity: c.initial_capacity,
-            fault: self.fault.map(|f| f.name().to_string()),
-            model_hash: self.model.hash.clone(),
-        }
+        engine_info(&self.model.config, self.fault, &self.model.hash)
     }
 
     fn generate(&mut self, req: &Request, observer: &mut dyn Observer) -> Result<Reply> {

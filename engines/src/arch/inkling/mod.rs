@@ -16,6 +16,7 @@ pub use model::{tensor_specs, Model};
 use state::SlotState;
 
 use crate::arch::capacity::grow_to_fit;
+use crate::arch::engine_info::engine_info;
 use crate::arch::reply;
 use crate::arch::request_checks::check_request;
 use crate::bundled::{ArchInfo, Entry};
@@ -126,18 +127,10 @@ impl Engine for Inkling {
     fn info(&self) -> EngineInfo {
         let c = &self.model.config;
         EngineInfo {
-            arch: c.arch.clone(),
-            preset: c.preset.clone(),
-            slots: c.slots,
-            max_ctx: c.max_ctx,
-            vocab: c.vocab,
             audio: c.audio_frame_bytes > 0,
             audio_frame_bytes: c.audio_frame_bytes,
             window: (c.window > 0).then_some(c.window),
-            prompt_rows: None,
-            initial_capacity: c.initial_capacity,
-            fault: self.fault.map(|f| f.name().to_string()),
-            model_hash: self.model.hash.clone(),
+            ..engine_info(c, self.fault, &self.model.hash)
         }
     }
 
