@@ -10,5 +10,8 @@ mod capacity;
 mod checkpoint_layout;
 mod engine_info;
 mod model_hash;
+mod moe_sublayer;
+mod output_head;
 mod reply;
 mod request_checks;
+mod short_conv;

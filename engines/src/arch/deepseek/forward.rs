@@ -14,6 +14,8 @@ use rayon::prelude::*;
 
 use super::model::Model;
 use super::state::SlotState;
+use crate::arch::moe_sublayer::add_moe_sublayer;
+use crate::arch::output_head::last_row_logits;
 use crate::cache::RowMeta;
 use crate::dump::Writer;
 use crate::kernels::{attend, matmul, rms_norm, Reduction};
@@ -123,16 +125,9 @@ impl Model {
                 ls.v.put(pos0 + i, &v[i * kvd..(i + 1) * kvd], m);
             }
 
-            let mut xn = x.clone();
-            rms_norm(&mut xn, &layer.ffn_norm, c.norm_eps);
-            let f = layer.moe.forward(Reduction::Invariant, &xn, s);
-            x.iter_mut().zip(&f).for_each(|(a, b)| *a += b);
+            add_moe_sublayer(&mut x, &layer.ffn_norm, c.norm_eps, &layer.moe, Reduction::Invariant, s);
         }
 
-        let mut last = x[(s - 1) * h..].to_vec();
-        rms_norm(&mut last, &self.final_norm, c.norm_eps);
-        let mut logits = vec![0.0; c.vocab];
-        matmul(&last, 1, &self.lm_head, c.vocab, h, &mut logits);
-        Ok(logits)
+        Ok(last_row_logits(&x, s, c, &self.final_norm, &self.lm_head))
     }
 }

@@ -11,6 +11,8 @@ use rayon::prelude::*;
 
 use super::model::Model;
 use super::state::LatentKv;
+use crate::arch::moe_sublayer::add_moe_sublayer;
+use crate::arch::output_head::last_row_logits;
 use crate::cache::RowMeta;
 use crate::dump::Writer;
 use crate::kernels::{dot, matmul, rms_norm, softmax_in_place, Reduction};
@@ -96,16 +98,9 @@ impl Model {
             matmul(&att, s, &layer.wo, h, c.heads * hd, &mut o);
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
 
-            let mut xn = x.clone();
-            rms_norm(&mut xn, &layer.ffn_norm, c.norm_eps);
-            let f = layer.moe.forward(Reduction::Invariant, &xn, s);
-            x.iter_mut().zip(&f).for_each(|(a, b)| *a += b);
+            add_moe_sublayer(&mut x, &layer.ffn_norm, c.norm_eps, &layer.moe, Reduction::Invariant, s);
         }
 
-        let mut last = x[(s - 1) * h..].to_vec();
-        rms_norm(&mut last, &self.final_norm, c.norm_eps);
-        let mut logits = vec![0.0; c.vocab];
-        matmul(&last, 1, &self.lm_head, c.vocab, h, &mut logits);
-        logits
+        last_row_logits(&x, s, c, &self.final_norm, &self.lm_head)
     }
 }

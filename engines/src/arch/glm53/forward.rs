@@ -10,6 +10,7 @@
 use rayon::prelude::*;
 
 use super::model::{Attn, Model};
+use crate::arch::moe_sublayer::add_moe_sublayer;
 use crate::cache::{FullCache, RowMeta};
 use crate::dump::Writer;
 use crate::kernels::{attend, matmul_with, rms_norm, silu, Reduction};
@@ -136,10 +137,7 @@ impl Model {
         let mut x = self.embed_rows(b.ids);
         for (layer, cache) in self.layers.iter().zip(kv.iter_mut()) {
             self.attention(&layer.attn, cache, &mut x, b, red);
-            let mut xn = x.clone();
-            rms_norm(&mut xn, &layer.ffn_norm, c.norm_eps);
-            let f = layer.moe.forward(red, &xn, s);
-            x.iter_mut().zip(&f).for_each(|(a, b)| *a += b);
+            add_moe_sublayer(&mut x, &layer.ffn_norm, c.norm_eps, &layer.moe, red, s);
         }
         self.logits(&x, logits_rows.clamp(1, s), &self.final_norm, red)
     }

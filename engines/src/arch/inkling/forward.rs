@@ -8,6 +8,9 @@ use rayon::prelude::*;
 
 use super::model::Model;
 use super::state::{LayerKv, SlotState};
+use crate::arch::moe_sublayer::add_moe_sublayer;
+use crate::arch::output_head::last_row_logits;
+use crate::arch::short_conv::short_conv;
 use crate::cache::RowMeta;
 use crate::dump::Writer;
 use crate::fault::Fault;
@@ -41,31 +44,13 @@ impl Model {
         x
     }
 
-    /// Depthwise causal convolution of `raw` (rows at pos0..) with the window's older inputs.
-    fn short_conv(&self, raw: &[f32], weight: &[f32], window: &crate::cache::Rows, pos0: usize) -> Vec<f32> {
+    /// The short convolution of `raw` over time; without a kernel (`conv_kernel` 0) the rows pass unchanged.
+    fn conv_over_time(&self, raw: &[f32], weight: &[f32], window: &crate::cache::Rows, pos0: usize) -> Vec<f32> {
         let kernel = self.config.conv_kernel;
         if kernel == 0 {
             return raw.to_vec();
         }
-        let width = window.width;
-        let taps = kernel - 1;
-        let rows = raw.len() / width;
-        let mut out = vec![0.0; raw.len()];
-        for i in 0..rows {
-            let t = pos0 + i;
-            let o = &mut out[i * width..(i + 1) * width];
-            for j in 0..kernel {
-                // tap j reads position t - taps + j; negative positions are zero padding
-                let Some(p) = (t + j).checked_sub(taps) else { continue };
-                let src =
-                    if p >= pos0 { &raw[(p - pos0) * width..(p - pos0 + 1) * width] } else { window.row(p % taps) };
-                let w = &weight[j * width..(j + 1) * width];
-                for ((a, x), g) in o.iter_mut().zip(src).zip(w) {
-                    *a += x * g;
-                }
-            }
-        }
-        out
+        short_conv(raw, weight, kernel, window, pos0)
     }
 
     /// Feed `b` into `st`, writing every cache row with `b.writer`; returns the logits of the last row.
@@ -89,8 +74,8 @@ impl Model {
             matmul(&xn, s, &layer.wq, qd, h, &mut q);
             matmul(&xn, s, &layer.wk, kvd, h, &mut kraw);
             matmul(&xn, s, &layer.wv, kvd, h, &mut vraw);
-            let mut k = self.short_conv(&kraw, &layer.conv_k, &st.conv[l].k, pos0);
-            let v = self.short_conv(&vraw, &layer.conv_v, &st.conv[l].v, pos0);
+            let mut k = self.conv_over_time(&kraw, &layer.conv_k, &st.conv[l].k, pos0);
+            let v = self.conv_over_time(&vraw, &layer.conv_v, &st.conv[l].v, pos0);
             rms_norm(&mut q, &layer.q_norm, c.norm_eps);
             rms_norm(&mut k, &layer.k_norm, c.norm_eps);
             for i in 0..s {
@@ -155,16 +140,9 @@ impl Model {
                 }
             }
 
-            let mut xn = x.clone();
-            rms_norm(&mut xn, &layer.ffn_norm, c.norm_eps);
-            let f = layer.moe.forward(crate::kernels::Reduction::Invariant, &xn, s);
-            x.iter_mut().zip(&f).for_each(|(a, b)| *a += b);
+            add_moe_sublayer(&mut x, &layer.ffn_norm, c.norm_eps, &layer.moe, crate::kernels::Reduction::Invariant, s);
         }
 
-        let mut last = x[(s - 1) * h..].to_vec();
-        rms_norm(&mut last, &self.final_norm, c.norm_eps);
-        let mut logits = vec![0.0; c.vocab];
-        matmul(&last, 1, &self.lm_head, c.vocab, h, &mut logits);
-        logits
+        last_row_logits(&x, s, c, &self.final_norm, &self.lm_head)
     }
 }

@@ -8,6 +8,9 @@ use rayon::prelude::*;
 
 use super::model::{Kda, Mixer, Mla, Model};
 use super::state::{KdaState, LayerState, SlotState};
+use crate::arch::moe_sublayer::add_moe_sublayer;
+use crate::arch::output_head::last_row_logits;
+use crate::arch::short_conv::short_conv;
 use crate::cache::{FullCache, RowMeta, Rows};
 use crate::dump::Writer;
 use crate::kernels::{attend, dot, matmul, rms_norm, silu, Reduction};
@@ -37,28 +40,6 @@ fn l2_norm(x: &mut [f32], width: usize) {
         let inv = 1.0 / (dot(piece, piece) + 1e-6).sqrt();
         piece.iter_mut().for_each(|v| *v *= inv);
     }
-}
-
-/// Depthwise causal convolution of `raw` (rows at pos0..) with the window's older inputs.
-fn short_conv(raw: &[f32], weight: &[f32], kernel: usize, window: &Rows, pos0: usize) -> Vec<f32> {
-    let width = window.width;
-    let taps = kernel - 1;
-    let rows = raw.len() / width;
-    let mut out = vec![0.0; raw.len()];
-    for i in 0..rows {
-        let t = pos0 + i;
-        let o = &mut out[i * width..(i + 1) * width];
-        for j in 0..kernel {
-            // tap j reads position t - taps + j; negative positions are zero padding
-            let Some(p) = (t + j).checked_sub(taps) else { continue };
-            let src = if p >= pos0 { &raw[(p - pos0) * width..(p - pos0 + 1) * width] } else { window.row(p % taps) };
-            let w = &weight[j * width..(j + 1) * width];
-            for ((a, x), g) in o.iter_mut().zip(src).zip(w) {
-                *a += x * g;
-            }
-        }
-    }
-    out
 }
 
 /// Keep the raw inputs of the batch's last `taps` positions in the window (row pos % taps).
@@ -95,16 +76,9 @@ impl Model {
                 _ => unreachable!("layer state does not match its mixer"),
             };
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
-            let mut xn = x.clone();
-            rms_norm(&mut xn, &layer.ffn_norm, c.norm_eps);
-            let f = layer.moe.forward(Reduction::Invariant, &xn, s);
-            x.iter_mut().zip(&f).for_each(|(a, b)| *a += b);
+            add_moe_sublayer(&mut x, &layer.ffn_norm, c.norm_eps, &layer.moe, Reduction::Invariant, s);
         }
-        let mut last = x[(s - 1) * h..].to_vec();
-        rms_norm(&mut last, &self.final_norm, c.norm_eps);
-        let mut logits = vec![0.0; c.vocab];
-        matmul(&last, 1, &self.lm_head, c.vocab, h, &mut logits);
-        logits
+        last_row_logits(&x, s, c, &self.final_norm, &self.lm_head)
     }
 
     /// Gated delta-rule linear attention over the batch; returns the layer output (`s × hidden`).
