@@ -211,13 +211,8 @@ impl Engine for Glm {
             st.last_logits.clone_from(&next);
             next
         });
-        let decoded = match decoded {
-            Ok(d) => d,
-            Err(e) => {
-                st.record.taint();
-                return Err(e);
-            }
-        };
+        // a failed decode leaves a half-updated state: nothing in it may be reused
+        let decoded = decoded.inspect_err(|_| st.record.taint())?;
         if fault == Some(Fault::BulkRecord) {
             // the bug: the whole reply recorded after decode, claiming the never-fed last token
             st.record.record(len, &decoded.tokens);

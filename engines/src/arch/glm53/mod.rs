@@ -275,13 +275,8 @@ impl Engine for Glm53 {
         let fed = st.len;
         st.kv.iter_mut().for_each(|kv| kv.forget_from(fed));
         st.drafter.resume(fed);
-        let decoded = match decoded {
-            Ok(d) => d,
-            Err(e) => {
-                st.record.taint();
-                return Err(e);
-            }
-        };
+        // a failed decode leaves a half-updated state: nothing in it may be reused
+        let decoded = decoded.inspect_err(|_| st.record.taint())?;
         Ok(reply::after_decode(decoded, reused, len, prefill, t1.elapsed(), prefix_log))
     }
 

@@ -197,13 +197,8 @@ impl Engine for Inkling {
             st.len = pos + 1;
             next
         });
-        let mut decoded = match decoded {
-            Ok(d) => d,
-            Err(e) => {
-                st.record.taint();
-                return Err(e);
-            }
-        };
+        // a failed decode leaves a half-updated state: nothing in it may be reused
+        let mut decoded = decoded.inspect_err(|_| st.record.taint())?;
         if fault == Some(Fault::BulkRecord) {
             // the bug: the whole reply recorded after decode, claiming the never-fed last token
             st.record.record(req.prompt.len(), &decoded.tokens);

@@ -180,13 +180,8 @@ impl Engine for Kimi {
             st.len = pos + 1;
             next
         });
-        let mut decoded = match decoded {
-            Ok(d) => d,
-            Err(e) => {
-                st.record.taint();
-                return Err(e);
-            }
-        };
+        // a failed decode leaves a half-updated state: nothing in it may be reused
+        let mut decoded = decoded.inspect_err(|_| st.record.taint())?;
         st.last_logits = std::mem::take(&mut decoded.last_logits);
         Ok(reply::after_decode(decoded, reused, req.prompt.len(), prefill, t1.elapsed(), prefix_log))
     }
