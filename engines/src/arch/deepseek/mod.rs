@@ -217,7 +217,8 @@ impl Engine for DeepSeek {
     }
 
     fn reset(&mut self) {
-        self.slots = (0..self.model.config.slots).map(|_| SlotState::new(&self.model, self.fault)).collect();
+        // exactly the state a new engine starts with
+        *self = DeepSeek::new(Arc::clone(&self.model), self.fault);
     }
 
     fn fresh(&self) -> Box<dyn Engine> {

@@ -227,7 +227,8 @@ impl Engine for Glm {
     }
 
     fn reset(&mut self) {
-        self.slots = (0..self.model.config.slots).map(|_| SlotState::new(&self.model.config)).collect();
+        // exactly the state a new engine starts with
+        *self = Glm::new(Arc::clone(&self.model), self.fault);
     }
 
     fn fresh(&self) -> Box<dyn Engine> {

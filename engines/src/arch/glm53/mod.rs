@@ -286,7 +286,8 @@ impl Engine for Glm53 {
     }
 
     fn reset(&mut self) {
-        self.slots = (0..self.model.config.slots).map(|_| SlotState::new(&self.model.config)).collect();
+        // exactly the state a new engine starts with
+        *self = Glm53::new(Arc::clone(&self.model), self.fault);
     }
 
     fn fresh(&self) -> Box<dyn Engine> {

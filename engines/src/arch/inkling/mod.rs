@@ -217,8 +217,8 @@ impl Engine for Inkling {
     }
 
     fn reset(&mut self) {
-        let c = &self.model.config;
-        self.slots = (0..c.slots).map(|_| SlotState::new(c, self.fault)).collect();
+        // exactly the state a new engine starts with
+        *self = Inkling::new(Arc::clone(&self.model), self.fault);
     }
 
     fn fresh(&self) -> Box<dyn Engine> {

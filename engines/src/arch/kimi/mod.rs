@@ -192,7 +192,8 @@ impl Engine for Kimi {
     }
 
     fn reset(&mut self) {
-        self.slots = (0..self.model.config.slots).map(|_| SlotState::new(&self.model, self.fault)).collect();
+        // exactly the state a new engine starts with
+        *self = Kimi::new(Arc::clone(&self.model), self.fault);
     }
 
     fn fresh(&self) -> Box<dyn Engine> {
