@@ -94,6 +94,7 @@ impl DeepSeek {
         st.record.decide(&req.prompt)
     }
 
+    /// The checks every engine makes, then deepseek's own: it takes no audio frames.
     fn validate(&self, req: &Request) -> Result<()> {
         check_request(req, self.slots.len(), self.model.config.vocab)?;
         if !req.audio.is_empty() {

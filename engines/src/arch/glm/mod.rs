@@ -92,6 +92,7 @@ impl Glm {
         Glm { model, fault, slots }
     }
 
+    /// The checks every engine makes, then glm's own: it takes no audio frames.
     fn validate(&self, req: &Request) -> Result<()> {
         check_request(req, self.slots.len(), self.model.config.vocab)?;
         if !req.audio.is_empty() {

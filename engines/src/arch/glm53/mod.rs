@@ -139,6 +139,7 @@ impl Glm53 {
         grow_to_fit(st.capacity, needed, self.model.config.max_ctx, |capacity| st.grow(capacity));
     }
 
+    /// The checks every engine makes, then glm53's own: it takes no audio frames.
     fn validate(&self, req: &Request) -> Result<()> {
         check_request(req, self.slots.len(), self.model.config.vocab)?;
         if !req.audio.is_empty() {

@@ -98,6 +98,7 @@ impl Kimi {
         decision
     }
 
+    /// The checks every engine makes, then kimi's own: it takes no audio frames.
     fn validate(&self, req: &Request) -> Result<()> {
         check_request(req, self.slots.len(), self.model.config.vocab)?;
         if !req.audio.is_empty() {
