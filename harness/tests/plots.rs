@@ -75,8 +75,22 @@ fn text_lines(svg: &str) -> Vec<&str> {
 fn bounds_chart_draws_every_scenario() {
     let dir = tmp("bounds");
     let bars = vec![
-        BoundBar { label: "inkling-stress".into(), failures: 0, trials: 299, upper: 0.00997, limit: Some(0.01) },
-        BoundBar { label: "glm53-stress".into(), failures: 2, trials: 300, upper: 0.0213, limit: Some(0.01) },
+        BoundBar {
+            label: "inkling-stress".into(),
+            failures: 0,
+            trials: 299,
+            upper: 0.00997,
+            limit: Some(0.01),
+            split: None,
+        },
+        BoundBar {
+            label: "glm53-stress".into(),
+            failures: 2,
+            trials: 300,
+            upper: 0.0213,
+            limit: Some(0.01),
+            split: None,
+        },
     ];
     let (svg, png) =
         bounds::draw(&bars, "failure-rate bounds (95% one-sided)", "scenario (failures/trials)", &dir.join("bounds"))
@@ -91,11 +105,59 @@ fn bounds_chart_draws_every_scenario() {
 #[test]
 fn one_bar_fills_the_axis_and_no_limit_means_no_limit_legend() {
     let dir = tmp("one-bar");
-    let bars = vec![BoundBar { label: "previous-turn".into(), failures: 3, trials: 50, upper: 0.15, limit: None }];
+    let bars = vec![BoundBar {
+        label: "previous-turn".into(),
+        failures: 3,
+        trials: 50,
+        upper: 0.15,
+        limit: None,
+        split: None,
+    }];
     let (svg, _) = bounds::draw(&bars, "t", "stale context", &dir.join("b")).expect("draw");
     let text = std::fs::read_to_string(&svg).expect("svg");
     assert_bars_fill_the_axis(&text, 1);
     assert!(!text.contains("max_failure_rate"), "a limit legend without a limit");
+}
+
+#[test]
+fn a_staleness_chart_splits_stale_from_corrupt() {
+    let dir = tmp("split");
+    let bars = vec![
+        BoundBar {
+            label: "previous-turn".into(),
+            failures: 20,
+            trials: 50,
+            upper: 0.55,
+            limit: None,
+            split: Some((15, 5)),
+        },
+        BoundBar {
+            label: "other-slot".into(),
+            failures: 0,
+            trials: 50,
+            upper: 0.058,
+            limit: None,
+            split: Some((0, 0)),
+        },
+    ];
+    let (svg, _) = bounds::draw(&bars, "t", "stale context", &dir.join("s")).expect("draw");
+    let text = std::fs::read_to_string(&svg).expect("svg");
+    let labels = text_lines(&text);
+    assert!(labels.iter().any(|l| l.starts_with("observed stale(X)")), "{labels:?}");
+    assert!(labels.iter().any(|l| l.starts_with("observed corrupt")), "{labels:?}");
+    let height = |fill: &str| -> Vec<f64> {
+        text.lines()
+            .filter(|l| {
+                l.starts_with("<rect") && l.contains(&format!("fill=\"{fill}\"")) && !l.contains("width=\"14\"")
+            })
+            .filter_map(|l| l.split(" height=\"").nth(1)?.split('"').next()?.parse().ok())
+            .collect()
+    };
+    let (stale, corrupt) = (height("#FF7F0E"), height("#B41E1E"));
+    assert_eq!((stale.len(), corrupt.len()), (2, 2), "{stale:?} {corrupt:?}");
+    // 15 stale of 50 is three times 5 corrupt of 50; the other context has neither
+    assert!((stale[0] - 3.0 * corrupt[0]).abs() <= 2.0, "stale {} vs corrupt {}", stale[0], corrupt[0]);
+    assert!(stale[1] <= 1.0 && corrupt[1] <= 1.0, "{stale:?} {corrupt:?}");
 }
 
 /// The `n` bars are the only segments: the last one ends a margin (40 px) before the plot area's right edge (no

@@ -19,6 +19,8 @@ pub struct BoundBar {
     pub upper: f64,
     /// The scenario's `max_failure_rate`, if any.
     pub limit: Option<f64>,
+    /// For staleness: the failures split into (stale, corrupt), drawn stacked under the bound.
+    pub split: Option<(u64, u64)>,
 }
 
 /// The x axis: bar i spans [i, i + 1], and the only key points are the bar centres, where the names go.
@@ -53,7 +55,12 @@ fn render<DB: DrawingBackend>(
 ) -> Result<(), PlotError> {
     let e = |x: &dyn std::fmt::Display| PlotError::new(path, x);
     root.fill(&WHITE).map_err(|x| e(&x))?;
-    let top = bars.iter().map(|b| b.upper.max(b.limit.unwrap_or(0.0))).fold(0.0, f64::max).max(1e-3) * 100.0 * 1.15;
+    // headroom above the tallest bar for the legend (upper right), which grows with its entries
+    let entries = 2
+        + usize::from(bars.iter().any(|b| b.limit.is_some()))
+        + 2 * usize::from(bars.iter().any(|b| b.split.is_some()));
+    let tallest = bars.iter().map(|b| b.upper.max(b.limit.unwrap_or(0.0))).fold(0.0, f64::max).max(1e-3) * 100.0;
+    let top = tallest * (1.1 + 0.08 * entries as f64);
     let n = bars.len().max(1);
     let mut chart = ChartBuilder::on(&root)
         .caption(title, (FAMILY, 20))
@@ -84,6 +91,32 @@ fn render<DB: DrawingBackend>(
         .map_err(|x| e(&x))?
         .label("upper bound of the failure rate")
         .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], blue.mix(0.35).filled()));
+    if bars.iter().any(|b| b.split.is_some()) {
+        // observed stale (orange) with observed corrupt (red) stacked on it: what kind of wrong the replies were
+        let (orange, dark) = (RGBColor(255, 127, 14), RGBColor(180, 30, 30));
+        let pct = |n: u64, b: &BoundBar| 100.0 * n as f64 / b.trials.max(1) as f64;
+        let stacked = |i: usize, lo: f64, hi: f64, c: RGBColor| {
+            let mut r = Rectangle::new([(i as f64, lo), (i as f64 + 1.0, hi)], c.filled());
+            r.set_margin(0, 0, 70, 70);
+            r
+        };
+        chart
+            .draw_series(
+                bars.iter()
+                    .enumerate()
+                    .filter_map(|(i, b)| b.split.map(|(stale, _)| stacked(i, 0.0, pct(stale, b), orange))),
+            )
+            .map_err(|x| e(&x))?
+            .label("observed stale(X): another context's answer")
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], orange.filled()));
+        chart
+            .draw_series(bars.iter().enumerate().filter_map(|(i, b)| {
+                b.split.map(|(stale, corrupt)| stacked(i, pct(stale, b), pct(stale + corrupt, b), dark))
+            }))
+            .map_err(|x| e(&x))?
+            .label("observed corrupt: neither fresh nor stale")
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], dark.filled()));
+    }
     chart
         .draw_series(bars.iter().enumerate().map(|(i, b)| {
             Circle::new((i as f64 + 0.5, 100.0 * b.failures as f64 / b.trials.max(1) as f64), 4, blue.filled())

@@ -143,6 +143,7 @@ pub fn draw_run(dir: &Path, summary: &Summary, trials: &[TrialRecord]) -> Result
                 trials: b.trials,
                 upper: b.upper,
                 limit: s.max_failure_rate,
+                split: None,
             })
         })
         .collect();
@@ -172,6 +173,7 @@ pub fn draw_run(dir: &Path, summary: &Summary, trials: &[TrialRecord]) -> Result
                     trials: b.trials,
                     upper: b.upper,
                     limit: s.max_failure_rate,
+                    split: Some((c.stale as u64, c.corrupt as u64)),
                 })
             })
             .collect();
