@@ -166,30 +166,7 @@ impl Ctx<'_> {
     }
 
     fn base_record(&self, plan: &Plan, plan_index: usize, step: &Step, step_index: usize) -> TrialRecord {
-        TrialRecord {
-            scenario: self.scenario.name.clone(),
-            kind: self.scenario.kind,
-            plan: plan.name.clone(),
-            plan_index,
-            step: step.label.clone(),
-            step_index,
-            verdict: Verdict::Error,
-            warm_first: true,
-            prompt_tokens: 0,
-            expected_reuse: None,
-            reused: None,
-            warm_reply: Vec::new(),
-            cold_reply: Vec::new(),
-            checks: Vec::new(),
-            divergence: None,
-            state: None,
-            error: None,
-            stderr_tail: None,
-            timings: TrialTimings::default(),
-            provenance: None,
-            growth: None,
-            staleness: None,
-        }
+        TrialRecord::new(&self.scenario.name, self.scenario.kind, &plan.name, plan_index, &step.label, step_index)
     }
 
     fn emit(&self, record: TrialRecord, out: &mut Vec<TrialRecord>) {

@@ -439,23 +439,7 @@ fn checks(expected: Result<usize, String>, warm: &[Generation], cold: &[Generati
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    pub fn tiny_info() -> EngineInfo {
-        EngineInfo {
-            arch: "inkling".into(),
-            preset: Some("tiny".into()),
-            slots: 1,
-            max_ctx: 1024,
-            vocab: 264,
-            audio: true,
-            audio_frame_bytes: 8,
-            window: Some(8),
-            prompt_rows: None,
-            initial_capacity: 64,
-            fault: None,
-            model_hash: "test".into(),
-        }
-    }
+    use crate::cases::boundary_matrix::tests::tiny_info;
 
     #[test]
     fn one_plan_of_fixed_size_turns() {

@@ -4,6 +4,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
+use super::lines::integer_tick_label;
 use super::{init_font, PlotError, FAMILY};
 use crate::provenance::DumpDiff;
 
@@ -40,13 +41,7 @@ fn render<DB: DrawingBackend>(
         .configure_mesh()
         .disable_mesh()
         .y_labels(layers.min(40))
-        .y_label_formatter(&|v| {
-            if (v - v.round()).abs() < 1e-9 {
-                format!("{}", v.round() as i64)
-            } else {
-                String::new()
-            }
-        })
+        .y_label_formatter(&|v| integer_tick_label(*v))
         .x_desc("position (absolute)")
         .y_desc("layer")
         .label_style((FAMILY, 13))

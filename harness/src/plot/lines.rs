@@ -36,7 +36,7 @@ pub fn tick_label(v: f64) -> String {
 }
 
 /// Labels for an axis of whole numbers: fractional ticks get none.
-fn integer_tick_label(v: f64) -> String {
+pub fn integer_tick_label(v: f64) -> String {
     if (v - v.round()).abs() < 1e-9 {
         tick_label(v)
     } else {

@@ -18,21 +18,8 @@ pub const INDEX: &str = "index.html";
 /// Failing trials listed on the page (the rest are in results.jsonl).
 const SHOWN_FAILURES: usize = 25;
 
-/// HTML-escape text and attribute values.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+/// Escaping for HTML text and attributes: the XML escaping JUnit files use is valid HTML5 too.
+pub use super::junit::escape as esc;
 
 /// A relative path as an href: every byte outside a safe set percent-encoded.
 pub fn href(rel: &str) -> String {
@@ -345,17 +332,7 @@ pub fn render(
         run = esc(&summary.run),
         cls = if summary.pass { "pass" } else { "fail" },
     );
-    let total = |f: fn(&ScenarioSummary) -> usize| summary.scenarios.iter().map(f).sum::<usize>();
-    let _ = writeln!(
-        html,
-        "<p>{} scenario(s), {} trial(s): {} passed, {} failed, {} inconclusive, {} error(s).</p>",
-        summary.scenarios.len(),
-        total(|s| s.trials),
-        total(|s| s.passed),
-        total(|s| s.failed),
-        total(|s| s.inconclusive),
-        total(|s| s.errors)
-    );
+    let _ = writeln!(html, "<p>{}</p>", esc(&super::summary::totals_sentence(summary)));
     let finished = manifest.finished_unix.map_or_else(
         || "not finished".to_string(),
         |f| format!("{} UTC, {} s", super::manifest::stamp(f), f.saturating_sub(manifest.started_unix)),
@@ -406,7 +383,7 @@ mod tests {
 
     #[test]
     fn escapes_and_encodes() {
-        assert_eq!(esc("<a href=\"x\">&'"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
+        assert_eq!(esc("<a href=\"x\">&'"), "&lt;a href=&quot;x&quot;&gt;&amp;&apos;");
         assert_eq!(href("provenance/case 1/diff.csv"), "provenance/case%201/diff.csv");
         assert_eq!(href("plots/a\"b.svg"), "plots/a%22b.svg");
     }

@@ -225,17 +225,7 @@ pub fn render(summary: &Summary, trials: &[TrialRecord]) -> String {
     if let Some(f) = &summary.fault {
         let _ = writeln!(md, "Fault override: `{f}`\n");
     }
-    let total = |f: fn(&ScenarioSummary) -> usize| summary.scenarios.iter().map(f).sum::<usize>();
-    let _ = writeln!(
-        md,
-        "{} scenario(s), {} trial(s): {} passed, {} failed, {} inconclusive, {} error(s).\n",
-        summary.scenarios.len(),
-        total(|s| s.trials),
-        total(|s| s.passed),
-        total(|s| s.failed),
-        total(|s| s.inconclusive),
-        total(|s| s.errors)
-    );
+    let _ = writeln!(md, "{}\n", totals_sentence(summary));
     md.push_str(
         "| scenario | kind | engine | passed | failed | inconclusive | errors | failure rate | limit | verdict |\n",
     );
@@ -348,4 +338,18 @@ pub fn render(summary: &Summary, trials: &[TrialRecord]) -> String {
         }
     }
     md
+}
+
+/// "N scenario(s), M trial(s): a passed, b failed, c inconclusive, d error(s)." — the run in one line.
+pub fn totals_sentence(summary: &Summary) -> String {
+    let total = |f: fn(&ScenarioSummary) -> usize| summary.scenarios.iter().map(f).sum::<usize>();
+    format!(
+        "{} scenario(s), {} trial(s): {} passed, {} failed, {} inconclusive, {} error(s).",
+        summary.scenarios.len(),
+        total(|s| s.trials),
+        total(|s| s.passed),
+        total(|s| s.failed),
+        total(|s| s.inconclusive),
+        total(|s| s.errors)
+    )
 }
