@@ -15,7 +15,6 @@ use kvproof_engines::chat::{render, Message, Role};
 use kvproof_engines::engine::{EngineInfo, Request, Sampling};
 use kvproof_engines::rng::SplitMix64;
 use rayon::prelude::*;
-use serde::{Deserialize, Serialize};
 
 use super::{plan_seed, Plan, Skipped, Step};
 use crate::check::{self, reuse, tokens, CheckName, CheckResult};
@@ -24,85 +23,11 @@ use crate::driver::{Driver, DriverError, Generation, Launcher};
 use crate::oracle::{self, fed_ids, Outcome, Rule, SlotBook};
 use crate::progress::Progress;
 use crate::report::results::{TrialRecord, TrialTimings};
-use crate::report::staleness::{classify, Class, ContextName, Hypothesis, Shape, StaleOutcome};
+use crate::report::staleness::{classify, Class, Hypothesis, Shape, StaleOutcome};
 use crate::report::turns::TurnRow;
 use crate::runner::{Prepared, Sink};
-use crate::scenario::{Kind, Params, MAX_TOKENS, MAX_USER_LEN};
-
-/// `kind: semantic-staleness`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StalenessParams {
-    /// Cases per stale context.
-    #[serde(default = "default_cases")]
-    pub cases: usize,
-    /// The stale contexts to run; absent means every one the engine can hold.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub contexts: Option<Vec<ContextName>>,
-    /// User-message length range in tokens.
-    #[serde(default = "default_user_len")]
-    pub user_len: [usize; 2],
-    /// Reply tokens (generated past eos: every reply has this length).
-    #[serde(default = "default_max_tokens")]
-    pub max_tokens: usize,
-    /// The slot of the current conversation.
-    #[serde(default)]
-    pub slot: usize,
-    /// The slot holding the other conversation (`other-slot`).
-    #[serde(default = "default_other_slot")]
-    pub other_slot: usize,
-}
-
-fn default_cases() -> usize {
-    20
-}
-fn default_user_len() -> [usize; 2] {
-    [8, 40]
-}
-fn default_max_tokens() -> usize {
-    8
-}
-fn default_other_slot() -> usize {
-    1
-}
-
-impl Default for StalenessParams {
-    fn default() -> Self {
-        StalenessParams {
-            cases: default_cases(),
-            contexts: None,
-            user_len: default_user_len(),
-            max_tokens: default_max_tokens(),
-            slot: 0,
-            other_slot: default_other_slot(),
-        }
-    }
-}
-
-pub const MAX_CASES: usize = 100_000;
-
-/// Range checks serde cannot express.
-pub fn validate(p: &StalenessParams) -> Result<(), String> {
-    if p.cases == 0 || p.cases > MAX_CASES {
-        return Err(format!("params.cases: {} is not in 1..={MAX_CASES}", p.cases));
-    }
-    let [lo, hi] = p.user_len;
-    if lo == 0 || lo > hi || hi > MAX_USER_LEN {
-        return Err(format!("params.user_len: [{lo}, {hi}] must satisfy 1 <= min <= max <= {MAX_USER_LEN}"));
-    }
-    if p.max_tokens == 0 || p.max_tokens > MAX_TOKENS {
-        return Err(format!("params.max_tokens: {} is not in 1..={MAX_TOKENS}", p.max_tokens));
-    }
-    if let Some(c) = &p.contexts {
-        if c.is_empty() {
-            return Err("params.contexts: must list at least one context (or be left out for all)".into());
-        }
-    }
-    if p.slot == p.other_slot {
-        return Err(format!("params.other_slot: must differ from params.slot ({})", p.slot));
-    }
-    Ok(())
-}
+use crate::scenario::params::{ContextName, StalenessParams, MAX_CASES};
+use crate::scenario::{Kind, Params};
 
 /// One case: the texts of a stale context and of the current prompt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -537,16 +462,5 @@ mod tests {
         let (plans, _) = plans(&p, 1, &info(1));
         assert_eq!(plans.iter().map(Plan::compared).sum::<usize>(), 4);
         assert_eq!(plans[0].steps.len(), 3);
-    }
-
-    #[test]
-    fn validation_names_the_field() {
-        assert!(validate(&StalenessParams::default()).is_ok());
-        let e = validate(&StalenessParams { cases: 0, ..StalenessParams::default() }).expect_err("cases");
-        assert!(e.contains("params.cases"), "{e}");
-        let e = validate(&StalenessParams { other_slot: 0, ..StalenessParams::default() }).expect_err("slots");
-        assert!(e.contains("params.other_slot"), "{e}");
-        let e = validate(&StalenessParams { contexts: Some(vec![]), ..StalenessParams::default() }).expect_err("ctx");
-        assert!(e.contains("params.contexts"), "{e}");
     }
 }

@@ -12,41 +12,10 @@ use serde::{Deserialize, Serialize};
 use super::results::TrialRecord;
 use super::ReportError;
 use crate::check::Verdict;
+use crate::scenario::ContextName;
 use crate::stats::{self, Bound};
 
 pub const STALENESS_CSV: &str = "staleness.csv";
-
-/// The stale contexts a case can hold next to its current prompt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ContextName {
-    /// The slot's previous request: the same conversation with a different last user message (an edited and
-    /// re-sent question).
-    PreviousTurn,
-    /// The slot last served another conversation with the same opening (another user of a shared server).
-    OtherConversation,
-    /// Another slot holds a conversation with the same opening (slots must never mix).
-    OtherSlot,
-}
-
-impl ContextName {
-    pub const ALL: [ContextName; 3] =
-        [ContextName::PreviousTurn, ContextName::OtherConversation, ContextName::OtherSlot];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ContextName::PreviousTurn => "previous-turn",
-            ContextName::OtherConversation => "other-conversation",
-            ContextName::OtherSlot => "other-slot",
-        }
-    }
-}
-
-impl std::fmt::Display for ContextName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// What a warm reply was classified as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
