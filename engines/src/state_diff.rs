@@ -48,7 +48,7 @@ pub struct TensorRows<'a> {
 
 impl TensorRows<'_> {
     /// Why the arrays do not fit together, if they do not (checked before any row is indexed).
-    fn malformed(&self) -> Option<String> {
+    pub fn malformed(&self) -> Option<String> {
         let rows = self.positions.len();
         let fits = self.width.checked_mul(rows) == Some(self.data.len_values())
             && self.writers.len() == rows

@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use super::manifest::{Manifest, ScenarioEntry};
-use super::results::TrialRecord;
-use crate::check::{CheckName, Status, Verdict};
+use crate::record::TrialRecord;
+use crate::record::{CheckName, Status, Verdict};
 use crate::stats::{self, Bound};
 
 /// Pass / fail / skipped counts of one check.
@@ -55,7 +55,7 @@ pub struct ScenarioSummary {
     pub caught_by: BTreeSet<CheckName>,
     /// growth-curve: slopes, ratios, speedup against the ideal, and the growth assertions that failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub growth: Option<super::growth::GrowthStats>,
+    pub growth: Option<crate::check::growth::GrowthStats>,
     /// semantic-staleness: fresh / stale / corrupt counts per context, with bounds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub staleness: Option<super::staleness::StalenessStats>,
@@ -163,7 +163,7 @@ fn summarize_scenario(entry: &ScenarioEntry, trials: &[&TrialRecord]) -> Scenari
         }
     }
     let (growth, growth_reasons) = match entry.kind {
-        crate::scenario::Kind::GrowthCurve => super::growth::assess(trials, &entry.assertions),
+        crate::scenario::Kind::GrowthCurve => crate::check::growth::assess(trials, &entry.assertions),
         _ => (None, Vec::new()),
     };
     reasons.extend(growth_reasons);
