@@ -212,6 +212,17 @@ pub fn investigate(
 ) -> Result<String, InvestigateError> {
     let prepared = prepare(scenario, fault)?;
     let (turns, _) = replay(&prepared, case, None)?;
+    tell(scenario, case, &prepared, &turns, out)
+}
+
+/// The story of a replay, with every turn's dumps and diff written under `out`.
+pub fn tell(
+    scenario: &Scenario,
+    case: &str,
+    prepared: &Prepared<'_>,
+    turns: &[TurnStates],
+    out: &Path,
+) -> Result<String, InvestigateError> {
     let mut story = String::new();
     let mut parted: Option<String> = None;
     let mut compared_states = 0usize;
@@ -258,12 +269,12 @@ pub fn investigate(
             }
             _ => {
                 let why = if prepared.launcher.caps().dumps {
-                    "no dumps: a request failed".to_string()
+                    "a request failed, so no dump was taken"
                 } else {
-                    "not compared: the engine offers no state dumps".to_string()
+                    "the engine offers no state dumps"
                 };
-                why_not.get_or_insert_with(|| why.clone());
-                why
+                why_not.get_or_insert_with(|| why.to_string());
+                format!("not compared ({why})")
             }
         };
         let _ = writeln!(
@@ -279,7 +290,7 @@ pub fn investigate(
         (None, 0) => {
             let _ = writeln!(
                 story,
-                "no state was compared ({}): warm and cold agree or not is unknown",
+                "no state was compared ({}): whether the warm and cold states match is unknown",
                 why_not.unwrap_or_else(|| "no compared turn ran".into())
             );
         }
