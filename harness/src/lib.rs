@@ -15,6 +15,7 @@ pub mod check;
 pub mod conversation;
 pub mod driver;
 pub mod history;
+pub mod id_diff;
 pub mod investigate;
 pub mod mutants;
 pub mod oracle;

@@ -5,6 +5,7 @@
 use kvproof_engines::dump::{CacheKind, StateDump};
 use kvproof_engines::state_diff::{DumpSource, Incomparable, StateDiff};
 
+use crate::id_diff::IdDiff;
 use crate::record::{CheckName, CheckResult};
 
 const MAX_LISTED: usize = 8;
@@ -115,15 +116,14 @@ pub fn record_check(expected_tainted: Option<bool>, dumps: &[(&str, &StateDump, 
     for (who, d, fed) in dumps {
         if let Some(fed) = fed {
             let got = &d.record.ids;
-            if got.as_slice() != *fed {
-                let at = got.iter().zip(fed.iter()).take_while(|(a, b)| a == b).count();
-                let what = if got.len() > fed.len() && got.starts_with(fed) {
+            if let Some(at) = IdDiff::new(fed, got).first_difference() {
+                let what = if got.len() > fed.len() && at == fed.len() {
                     format!(
                         "claims {} id(s) never fed, starting with {} at position {at}",
                         got.len() - fed.len(),
                         crate::record::printable(got[fed.len()])
                     )
-                } else if got.len() < fed.len() && fed.starts_with(got) {
+                } else if got.len() < fed.len() && at == got.len() {
                     format!("holds {} of the {} ids fed", got.len(), fed.len())
                 } else {
                     format!("differs from the ids fed at position {at} ({} ids held, {} fed)", got.len(), fed.len())

@@ -2,11 +2,11 @@
 //! difference at a near-tie (tiny top-2 gap) reads differently from one where the reference was confident.
 
 use crate::driver::Generation;
+use crate::id_diff::IdDiff;
 use crate::record::{CheckName, CheckResult, Divergence};
 
 pub fn first_divergence(warm: &Generation, cold: &Generation) -> Option<Divergence> {
-    let n = warm.tokens.len().max(cold.tokens.len());
-    let index = (0..n).find(|&i| warm.tokens.get(i) != cold.tokens.get(i))?;
+    let index = IdDiff::new(&warm.tokens, &cold.tokens).first_difference()?;
     let gap = |g: &Generation| g.gaps.as_ref().and_then(|gaps| gaps.get(index).copied());
     Some(Divergence {
         index,

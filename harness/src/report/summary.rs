@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use super::manifest::{Manifest, ScenarioEntry};
 use crate::record::TrialRecord;
-use crate::record::{CheckName, Status, Verdict};
+use crate::id_diff::IdDiff;
+use crate::record::{printable, CheckName, Status, Verdict};
 use crate::stats::{self, Bound};
 
 /// Pass / fail / skipped counts of one check.
@@ -297,10 +298,14 @@ pub fn render(summary: &Summary, trials: &[TrialRecord]) -> String {
             for c in t.checks.iter().filter(|c| c.status == Status::Fail) {
                 let _ = writeln!(md, "- `{}`: {}", c.check, c.detail);
             }
+            if t.warm_reply != t.cold_reply && !(t.warm_reply.is_empty() && t.cold_reply.is_empty()) {
+                let diff = IdDiff::new(&t.warm_reply, &t.cold_reply).grouped(3, printable);
+                let _ = writeln!(md, "- warm vs cold tokens (`-` warm only, `+` cold only):\n\n```diff\n{diff}```");
+            }
             if let Some(p) = &t.provenance {
                 let _ = writeln!(
                     md,
-                    "- first divergent layer: {} — `{}/` (dumps, diff.txt, heatmap.svg)",
+                    "- first divergent row: {} — `{}/` (dumps, diff.txt, diff.json; heatmap in plots/)",
                     p.headline, p.dir
                 );
             }
