@@ -4,9 +4,11 @@
 pub mod engine_config;
 mod load;
 pub mod params;
+mod reuse_rule;
 mod types;
 
 pub use load::{collect_files, load_file, load_paths, load_str, ScenarioError};
 pub use params::{BoundaryParams, CaseName, ContextName, GrowthParams, StalenessParams, StressParams};
 pub use params::{MAX_TOKENS, MAX_TURNS, MAX_USER_LEN};
+pub use reuse_rule::DeclaredRule;
 pub use types::{Assertions, EngineSpec, Kind, Params, Scenario};
