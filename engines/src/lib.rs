@@ -23,6 +23,7 @@ pub mod prefix;
 pub mod rng;
 pub mod sampler;
 pub mod serve;
+pub mod state_diff;
 pub mod tokenizer;
 pub mod weights;
 

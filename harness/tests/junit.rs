@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use kvproof::check::{CheckName, Verdict};
+use kvproof::record::{CheckName, Verdict};
 use kvproof::report;
 use kvproof::scenario::load_str;
 use kvproof::session::{run_scenarios, RunOptions};

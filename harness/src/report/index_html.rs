@@ -14,10 +14,10 @@ use minijinja::{context, AutoEscape, Environment, UndefinedBehavior};
 
 use super::manifest::Manifest;
 use super::plots::Plot;
-use super::results::TrialRecord;
 use super::summary::Summary;
 use super::ReportError;
-use crate::check::{Status, Verdict};
+use crate::record::TrialRecord;
+use crate::record::{Status, Verdict};
 use crate::stats;
 
 pub const INDEX: &str = "index.html";

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
-use super::growth::GrowthStats;
-use super::results::TrialRecord;
 use super::summary::{ScenarioSummary, Summary};
-use crate::check::{CheckName, Status, Verdict};
+use crate::check::growth::GrowthStats;
+use crate::record::TrialRecord;
+use crate::record::{CheckName, Status, Verdict};
 use crate::stats;
 
 /// XML-escape text and attribute values; drops characters XML 1.0 cannot carry.

@@ -134,4 +134,11 @@ mod tests {
         let e = (StalenessParams { contexts: Some(vec![]), ..StalenessParams::default() }).validate().expect_err("ctx");
         assert!(e.contains("params.contexts"), "{e}");
     }
+
+    #[test]
+    fn context_names_round_trip() {
+        for c in ContextName::ALL {
+            assert_eq!(serde_json::to_string(&c).expect("json"), format!("\"{}\"", c.name()));
+        }
+    }
 }
