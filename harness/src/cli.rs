@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use kvproof::exit;
 use kvproof::record::CheckName;
-use kvproof::report::summary::Summary;
+use kvproof::record::Summary;
 use kvproof::scenario::{self, CaseName, Kind};
 use kvproof::session::{self, RunOptions};
 use kvproof::{mutants, progress, report, stats};

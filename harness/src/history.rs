@@ -11,8 +11,8 @@ use crate::plot::lines::{self, LineChart, Series};
 use minijinja::context;
 use minijinja::value::Value;
 
+use crate::record::Summary;
 use crate::report::index_html::{environment, inline_svg};
-use crate::report::summary::Summary;
 use crate::report::{self, results};
 
 /// The history page's markup.
@@ -54,8 +54,8 @@ pub struct HistoryRow {
 pub fn headline(dir: &Path, label: &str) -> Result<Vec<HistoryRow>, HistoryError> {
     let manifest = report::read_manifest(dir)?;
     let mut trials = results::read(&dir.join(report::RESULTS))?;
-    report::summary::sort_trials(&manifest, &mut trials);
-    let summary = report::summary::summarize(&manifest, &trials);
+    crate::check::scenario::sort_trials(&manifest, &mut trials);
+    let summary = crate::check::scenario::summarize(&manifest, &trials);
     Ok(rows_of(&summary, manifest.started_unix, label))
 }
 

@@ -7,9 +7,9 @@ use kvproof_engines::fault::Fault;
 
 use crate::driver::DriverError;
 use crate::progress::Progress;
+use crate::record::Summary;
 use crate::record::TrialRecord;
-use crate::report::manifest::{self, Machine, Manifest, ScenarioEntry};
-use crate::report::summary::Summary;
+use crate::record::{self as manifest, Machine, Manifest, ScenarioEntry};
 use crate::report::{self, ReportError, RunWriter};
 use crate::runner;
 use crate::scenario::{EngineSpec, Scenario};

@@ -40,7 +40,7 @@ fn subset(file: &str, cases: &[CaseName]) -> Scenario {
     s
 }
 
-fn run(name: &str, scenarios: &[Scenario]) -> (report::summary::Summary, Vec<TrialRecord>, PathBuf) {
+fn run(name: &str, scenarios: &[Scenario]) -> (kvproof::record::Summary, Vec<TrialRecord>, PathBuf) {
     let out = std::env::temp_dir().join(format!("kvproof-gate-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let opts = RunOptions { out: out.clone(), fault: None, progress: false, command: vec!["test".into()] };

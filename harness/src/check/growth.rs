@@ -3,11 +3,9 @@
 //! / warm prefilled tokens), each held against the scenario's growth assertions. Computed from the `growth` field
 //! of the trial records alone, so a rebuilt report reaches the same verdict.
 
-use serde::{Deserialize, Serialize};
-
 use super::{reuse, tokens};
 use crate::driver::Generation;
-use crate::record::{CheckName, CheckResult, GrowthTurn, TrialRecord};
+use crate::record::{CheckName, CheckResult, GrowthStats, GrowthTurn, TrialRecord};
 use crate::scenario::Assertions;
 
 /// Least-squares line through `pts`: (slope, intercept); `None` with fewer than two distinct x.
@@ -25,47 +23,6 @@ pub fn least_squares(pts: &[(f64, f64)]) -> Option<(f64, f64)> {
     let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
     let slope = sxy / sxx;
     Some((slope, my - slope * mx))
-}
-
-/// What a growth curve adds up to. Turn 1 has nothing to reuse (warm and cold both prefill everything), so every
-/// number below is over turns 2..=T.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GrowthStats {
-    pub turns: usize,
-    pub context_first: usize,
-    pub context_last: usize,
-    /// context_last / context_first.
-    pub context_growth: f64,
-    /// Median wall time of the first and the last turn.
-    pub warm_first_ms: f64,
-    pub warm_last_ms: f64,
-    /// The last/first ratio of the least-squares line of warm per-turn wall time against context length (flat is
-    /// one). The line goes through every turn, so one turn slowed by another process moves it little; this is the
-    /// ratio the assertions use.
-    pub warm_ratio: f64,
-    /// warm_last_ms / warm_first_ms (two single turns: noisier).
-    pub warm_raw_ratio: f64,
-    pub cold_first_ms: f64,
-    pub cold_last_ms: f64,
-    /// cold_last_ms / cold_first_ms. Cold cost is convex in the context (attention over the whole transcript) and
-    /// its growth dwarfs the noise, so the turns' own medians are used rather than a line.
-    pub cold_ratio: f64,
-    /// Least-squares slope of per-turn wall time against context length, in ms per 1000 tokens of context.
-    pub warm_slope_ms_per_ktok: f64,
-    pub cold_slope_ms_per_ktok: f64,
-    /// Reused / prompt tokens, summed over the turns.
-    pub reuse_fraction: f64,
-    /// Cold prefilled tokens / warm prefilled tokens, summed over the turns: the speedup if prefill time were
-    /// proportional to prefilled tokens.
-    pub ideal_speedup: f64,
-    /// Cold prefill time / warm prefill time, summed over the turns.
-    pub prefill_speedup: f64,
-    /// Cold wall time / warm wall time (prefill and decode), summed over the turns.
-    pub wall_speedup: f64,
-    /// prefill_speedup / ideal_speedup.
-    pub speedup_of_ideal: f64,
-    /// The scenario's growth assertions that failed, each as a sentence.
-    pub violations: Vec<String>,
 }
 
 pub fn ratio(a: f64, b: f64) -> f64 {

@@ -6,11 +6,12 @@
 //! fired where it must. `state`: the state dumps row by row, the record, and the layout of every cache (coverage,
 //! ring placement). `memory`: the state's bytes follow its capacity, not the turn count. `growth`: a growth
 //! curve's slopes, ratios and speedup against its assertions. `staleness`: a warm reply classified fresh,
-//! stale(X) or corrupt.
+//! stale(X) or corrupt, and the counts per stale context. `scenario`: a scenario's verdict from its trials.
 
 pub mod growth;
 pub mod memory;
 pub mod reuse;
+pub mod scenario;
 pub mod staleness;
 pub mod state;
 pub mod tokens;

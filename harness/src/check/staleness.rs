@@ -5,7 +5,11 @@
 
 use super::tokens;
 use crate::driver::Generation;
-use crate::record::{CheckName, CheckResult, Class, Hypothesis, StaleOutcome};
+use crate::record::{
+    CheckName, CheckResult, Class, ContextCounts, Hypothesis, StaleOutcome, StalenessStats, TrialRecord,
+};
+use crate::scenario::ContextName;
+use strum::IntoEnumIterator;
 
 /// Classify a warm reply. `control` is a second cold run of the current prompt (when the scenario runs one).
 pub fn classify(
@@ -55,6 +59,35 @@ pub fn tokens_check(o: &StaleOutcome, warm: &Generation, fresh: &Generation) -> 
         ),
         Class::Inconclusive => tokens::identity(warm, fresh).0,
     }
+}
+
+/// The counts of a scenario's cases, per context in catalog order, and overall.
+pub fn stats(trials: &[&TrialRecord], confidence: f64) -> StalenessStats {
+    let mut per: Vec<(ContextName, ContextCounts)> = Vec::new();
+    let mut total = ContextCounts::new("all");
+    for t in trials {
+        total.add(t);
+        // an error trial has no outcome; its context is the plan name's prefix ("previous-turn-0003")
+        let ctx = t
+            .staleness
+            .as_ref()
+            .map(|o| o.context)
+            .or_else(|| ContextName::iter().find(|c| t.plan.starts_with(c.name())));
+        let Some(ctx) = ctx else { continue };
+        match per.iter_mut().find(|(c, _)| *c == ctx) {
+            Some((_, counts)) => counts.add(t),
+            None => {
+                let mut counts = ContextCounts::new(ctx.name());
+                counts.add(t);
+                per.push((ctx, counts));
+            }
+        }
+    }
+    per.sort_by_key(|(c, _)| *c);
+    let mut contexts: Vec<ContextCounts> = per.into_iter().map(|(_, c)| c).collect();
+    contexts.iter_mut().for_each(|c| c.bound(confidence));
+    total.bound(confidence);
+    StalenessStats { confidence, contexts, total }
 }
 
 #[cfg(test)]

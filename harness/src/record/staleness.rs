@@ -3,6 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::{TrialRecord, Verdict};
+use crate::stats::{self, Bound};
+
 use crate::scenario::ContextName;
 
 /// What a warm reply was classified as.
@@ -82,4 +85,73 @@ impl StaleOutcome {
             c => c.name().to_string(),
         }
     }
+}
+
+/// Counts of one context (or of all of them), with one-sided upper bounds over the conclusive cases.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContextCounts {
+    pub context: String,
+    pub cases: usize,
+    pub fresh: usize,
+    pub stale: usize,
+    pub corrupt: usize,
+    pub inconclusive: usize,
+    /// Cases that could not run (engine error).
+    pub errors: usize,
+    /// Cases in which some stale hypothesis predicted a reply other than the fresh one.
+    pub distinguishable: usize,
+    pub stale_bound: Option<Bound>,
+    pub corrupt_bound: Option<Bound>,
+    pub not_fresh_bound: Option<Bound>,
+}
+
+impl ContextCounts {
+    pub fn new(context: &str) -> Self {
+        ContextCounts {
+            context: context.into(),
+            cases: 0,
+            fresh: 0,
+            stale: 0,
+            corrupt: 0,
+            inconclusive: 0,
+            errors: 0,
+            distinguishable: 0,
+            stale_bound: None,
+            corrupt_bound: None,
+            not_fresh_bound: None,
+        }
+    }
+
+    /// Count one case.
+    pub fn add(&mut self, t: &TrialRecord) {
+        self.cases += 1;
+        let Some(o) = &t.staleness else {
+            self.errors += usize::from(t.verdict == Verdict::Error);
+            return;
+        };
+        match o.class {
+            Class::Fresh => self.fresh += 1,
+            Class::Stale => self.stale += 1,
+            Class::Corrupt => self.corrupt += 1,
+            Class::Inconclusive => self.inconclusive += 1,
+        }
+        self.distinguishable += usize::from(o.distinguishable());
+    }
+
+    /// The bounds over the conclusive cases counted.
+    pub fn bound(&mut self, confidence: f64) {
+        let n = (self.fresh + self.stale + self.corrupt) as u64;
+        let b = |k: usize| stats::one_sided(k as u64, n, confidence).ok();
+        self.stale_bound = b(self.stale);
+        self.corrupt_bound = b(self.corrupt);
+        self.not_fresh_bound = b(self.stale + self.corrupt);
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StalenessStats {
+    /// Confidence of every bound (the scenario's).
+    pub confidence: f64,
+    pub contexts: Vec<ContextCounts>,
+    pub total: ContextCounts,
 }

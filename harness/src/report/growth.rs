@@ -11,7 +11,8 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::ReportError;
-use crate::check::growth::{ratio, GrowthStats};
+use crate::check::growth::ratio;
+use crate::record::GrowthStats;
 use crate::record::GrowthTurn;
 use crate::record::TrialRecord;
 

@@ -12,10 +12,10 @@ use minijinja::syntax::SyntaxConfig;
 use minijinja::value::Value;
 use minijinja::{context, AutoEscape, Environment, UndefinedBehavior};
 
-use super::manifest::Manifest;
 use super::plots::Plot;
-use super::summary::Summary;
 use super::ReportError;
+use crate::record::Manifest;
+use crate::record::Summary;
 use crate::record::TrialRecord;
 use crate::record::{Status, Verdict};
 use crate::stats;
@@ -263,7 +263,7 @@ pub fn render(
 ) -> Result<String, ReportError> {
     let finished = manifest.finished_unix.map_or_else(
         || "not finished".to_string(),
-        |f| format!("{} UTC, {} s", super::manifest::stamp(f), f.saturating_sub(manifest.started_unix)),
+        |f| format!("{} UTC, {} s", crate::record::stamp(f), f.saturating_sub(manifest.started_unix)),
     );
     let failing: Vec<&TrialRecord> =
         trials.iter().filter(|t| matches!(t.verdict, Verdict::Fail | Verdict::Error)).collect();
@@ -275,7 +275,7 @@ pub fn render(
         totals => super::summary::totals_sentence(summary),
         kvproof_version => manifest.kvproof_version.as_str(),
         engines_version => manifest.engines_version.as_str(),
-        started => super::manifest::stamp(manifest.started_unix),
+        started => crate::record::stamp(manifest.started_unix),
         finished,
         os => manifest.machine.os.as_str(),
         arch => manifest.machine.arch.as_str(),

@@ -7,10 +7,9 @@ use std::time::Duration;
 
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
-use super::summary::{ScenarioSummary, Summary};
-use crate::check::growth::GrowthStats;
 use crate::record::TrialRecord;
 use crate::record::{CheckName, Status, Verdict};
+use crate::record::{GrowthStats, ScenarioSummary, Summary};
 use crate::stats;
 
 /// The trial's wall time: warm, cold and control runs together. None when a recorded time is not a finite,

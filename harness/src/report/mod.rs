@@ -6,7 +6,6 @@
 pub mod growth;
 pub mod index_html;
 pub mod junit;
-pub mod manifest;
 pub mod plots;
 pub mod results;
 pub mod staleness;
@@ -20,9 +19,8 @@ use std::sync::Mutex;
 use kvproof_engines::dump::StateDump;
 use kvproof_engines::state_diff::StateDiff;
 
+use crate::record::{Manifest, Summary};
 use crate::record::{ProvenanceRef, Sink, TrialRecord, TurnRow};
-use manifest::Manifest;
-use summary::Summary;
 
 pub const RUN_JSON: &str = "run.json";
 pub const RESULTS: &str = "results.jsonl";
@@ -170,8 +168,8 @@ impl Sink for RunWriter {
 
 /// Write summary.md and junit.xml for a finished (or interrupted) run.
 pub fn write_summaries(dir: &Path, manifest: &Manifest, trials: &mut [TrialRecord]) -> Result<Summary, ReportError> {
-    summary::sort_trials(manifest, trials);
-    let s = summary::summarize(manifest, trials);
+    crate::check::scenario::sort_trials(manifest, trials);
+    let s = crate::check::scenario::summarize(manifest, trials);
     write_atomic(&dir.join(SUMMARY), summary::render(&s, trials).as_bytes())?;
     write_atomic(&dir.join(JUNIT), junit::render(&s, trials).as_bytes())?;
     // growth.csv, staleness.csv, plots/ and index.html: also derived from the artifacts alone.

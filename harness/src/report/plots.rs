@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::summary::Summary;
 use super::ReportError;
 use crate::check::growth::turns_of;
 use crate::plot::bounds::{self, BoundBar};
@@ -14,6 +13,7 @@ use crate::plot::lines::{self, LineChart, Series};
 use crate::plot::PlotError;
 use crate::provenance;
 use crate::record::GrowthTurn;
+use crate::record::Summary;
 use crate::record::TrialRecord;
 
 pub const PLOTS_DIR: &str = "plots";

@@ -6,113 +6,14 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use strum::IntoEnumIterator;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::ReportError;
-use crate::record::TrialRecord;
-use crate::record::{Class, Shape, StaleOutcome, Verdict};
-use crate::scenario::ContextName;
+use crate::record::{Shape, StaleOutcome, StalenessStats, TrialRecord};
 use crate::stats::{self, Bound};
 
 pub const STALENESS_CSV: &str = "staleness.csv";
-
-/// Counts of one context (or of all of them), with one-sided upper bounds over the conclusive cases.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ContextCounts {
-    pub context: String,
-    pub cases: usize,
-    pub fresh: usize,
-    pub stale: usize,
-    pub corrupt: usize,
-    pub inconclusive: usize,
-    /// Cases that could not run (engine error).
-    pub errors: usize,
-    /// Cases in which some stale hypothesis predicted a reply other than the fresh one.
-    pub distinguishable: usize,
-    pub stale_bound: Option<Bound>,
-    pub corrupt_bound: Option<Bound>,
-    pub not_fresh_bound: Option<Bound>,
-}
-
-impl ContextCounts {
-    fn new(context: &str) -> Self {
-        ContextCounts {
-            context: context.into(),
-            cases: 0,
-            fresh: 0,
-            stale: 0,
-            corrupt: 0,
-            inconclusive: 0,
-            errors: 0,
-            distinguishable: 0,
-            stale_bound: None,
-            corrupt_bound: None,
-            not_fresh_bound: None,
-        }
-    }
-
-    fn add(&mut self, t: &TrialRecord) {
-        self.cases += 1;
-        let Some(o) = &t.staleness else {
-            self.errors += usize::from(t.verdict == Verdict::Error);
-            return;
-        };
-        match o.class {
-            Class::Fresh => self.fresh += 1,
-            Class::Stale => self.stale += 1,
-            Class::Corrupt => self.corrupt += 1,
-            Class::Inconclusive => self.inconclusive += 1,
-        }
-        self.distinguishable += usize::from(o.distinguishable());
-    }
-
-    fn bound(&mut self, confidence: f64) {
-        let n = (self.fresh + self.stale + self.corrupt) as u64;
-        let b = |k: usize| stats::one_sided(k as u64, n, confidence).ok();
-        self.stale_bound = b(self.stale);
-        self.corrupt_bound = b(self.corrupt);
-        self.not_fresh_bound = b(self.stale + self.corrupt);
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StalenessStats {
-    /// Confidence of every bound (the scenario's).
-    pub confidence: f64,
-    pub contexts: Vec<ContextCounts>,
-    pub total: ContextCounts,
-}
-
-/// The counts of a scenario's cases, per context in catalog order, and overall.
-pub fn stats(trials: &[&TrialRecord], confidence: f64) -> StalenessStats {
-    let mut per: Vec<(ContextName, ContextCounts)> = Vec::new();
-    let mut total = ContextCounts::new("all");
-    for t in trials {
-        total.add(t);
-        // an error trial has no outcome; its context is the plan name's prefix ("previous-turn-0003")
-        let ctx = t
-            .staleness
-            .as_ref()
-            .map(|o| o.context)
-            .or_else(|| ContextName::iter().find(|c| t.plan.starts_with(c.name())));
-        let Some(ctx) = ctx else { continue };
-        match per.iter_mut().find(|(c, _)| *c == ctx) {
-            Some((_, counts)) => counts.add(t),
-            None => {
-                let mut counts = ContextCounts::new(ctx.name());
-                counts.add(t);
-                per.push((ctx, counts));
-            }
-        }
-    }
-    per.sort_by_key(|(c, _)| *c);
-    let mut contexts: Vec<ContextCounts> = per.into_iter().map(|(_, c)| c).collect();
-    contexts.iter_mut().for_each(|c| c.bound(confidence));
-    total.bound(confidence);
-    StalenessStats { confidence, contexts, total }
-}
 
 fn bound_cell(b: Option<Bound>) -> String {
     b.map_or_else(|| "—".into(), |b| format!("≤ {}", stats::percent(b.upper)))

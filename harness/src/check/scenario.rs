@@ -1,0 +1,137 @@
+//! A scenario's verdict from its trial records: counts by verdict, the exact failure-rate bound against the
+//! scenario's limit, planned trials without a result, growth assertions and staleness counts. The run and
+//! `kvproof report DIR` call the same code, so a rebuilt summary is the summary.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::record::{
+    CheckCounts, CheckName, Manifest, ReuseTotals, ScenarioEntry, ScenarioSummary, Status, Summary, TrialRecord,
+    Verdict,
+};
+use crate::stats;
+
+/// Trials in a stable order: scenario order of the manifest, then plan, then step.
+pub fn sort_trials(manifest: &Manifest, trials: &mut [TrialRecord]) {
+    let order: BTreeMap<&str, usize> =
+        manifest.scenarios.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
+    trials.sort_by_key(|t| (order.get(t.scenario.as_str()).copied().unwrap_or(usize::MAX), t.plan_index, t.step_index));
+}
+
+fn summarize_scenario(entry: &ScenarioEntry, trials: &[&TrialRecord]) -> ScenarioSummary {
+    let count = |v: Verdict| trials.iter().filter(|t| t.verdict == v).count();
+    let (passed, failed, inconclusive, errors) =
+        (count(Verdict::Pass), count(Verdict::Fail), count(Verdict::Inconclusive), count(Verdict::Error));
+    let conclusive = (passed + failed) as u64;
+    let confidence = entry.assertions.confidence;
+    let bound = stats::one_sided(failed as u64, conclusive, confidence).ok();
+    let mut checks: BTreeMap<CheckName, CheckCounts> = BTreeMap::new();
+    let mut skip_reasons = BTreeMap::new();
+    let mut caught_by = BTreeSet::new();
+    let mut reuse = ReuseTotals::default();
+    for t in trials {
+        for c in &t.checks {
+            let counts = checks.entry(c.check).or_default();
+            match c.status {
+                Status::Pass => counts.pass += 1,
+                Status::Fail => {
+                    counts.fail += 1;
+                    caught_by.insert(c.check);
+                }
+                Status::Skipped => {
+                    counts.skipped += 1;
+                    *skip_reasons.entry(format!("{}: {}", c.check, c.detail)).or_insert(0) += 1;
+                }
+            }
+        }
+        reuse.prompt_tokens += t.prompt_tokens;
+        // Only turns that reported reuse: a refused turn has an expectation but nothing to hold it against.
+        if let (Some(r), Some(e)) = (t.reused, t.expected_reuse) {
+            reuse.reused += r;
+            reuse.expected += e;
+        }
+        reuse.warm_ms += t.timings.warm_ms.unwrap_or(0.0);
+        reuse.cold_ms += t.timings.cold_ms.unwrap_or(0.0);
+    }
+    let mut reasons = Vec::new();
+    if failed > 0 && entry.assertions.max_failure_rate.is_none() {
+        reasons.push(format!("{failed} trial(s) failed"));
+    }
+    if errors > 0 {
+        reasons.push(format!("{errors} trial(s) could not run: the engine died, hung or refused to start"));
+    }
+    if trials.len() < entry.planned_trials {
+        reasons.push(format!(
+            "{} of {} planned trials have no result",
+            entry.planned_trials - trials.len(),
+            entry.planned_trials
+        ));
+    }
+    if conclusive == 0 {
+        reasons.push("no conclusive trial".into());
+    }
+    let rate = entry.assertions.max_failure_rate;
+    if let (Some(limit), Some(b)) = (rate, bound) {
+        let ok = b.upper <= limit;
+        let counts = checks.entry(CheckName::Rate).or_default();
+        if ok {
+            counts.pass += 1;
+        } else {
+            counts.fail += 1;
+            caught_by.insert(CheckName::Rate);
+            reasons.push(format!(
+                "failure rate bound {} > limit {} ({}/{} failed, {:.0}% one-sided)",
+                stats::percent(b.upper),
+                stats::percent(limit),
+                b.failures,
+                b.trials,
+                confidence * 100.0
+            ));
+        }
+    }
+    let (growth, growth_reasons) = match entry.kind {
+        crate::scenario::Kind::GrowthCurve => super::growth::assess(trials, &entry.assertions),
+        _ => (None, Vec::new()),
+    };
+    reasons.extend(growth_reasons);
+    let staleness =
+        (entry.kind == crate::scenario::Kind::SemanticStaleness).then(|| super::staleness::stats(trials, confidence));
+    ScenarioSummary {
+        name: entry.name.clone(),
+        kind: entry.kind.name().to_string(),
+        engine: entry.engine_label.clone(),
+        planned: entry.planned_trials,
+        trials: trials.len(),
+        passed,
+        failed,
+        inconclusive,
+        errors,
+        bound,
+        max_failure_rate: rate,
+        pass: reasons.is_empty(),
+        reasons,
+        checks,
+        skip_reasons,
+        skipped_cases: entry.skipped.iter().map(|s| (s.name.clone(), s.reason.clone())).collect(),
+        reuse,
+        caught_by,
+        growth,
+        staleness,
+    }
+}
+
+pub fn summarize(manifest: &Manifest, trials: &[TrialRecord]) -> Summary {
+    let scenarios: Vec<ScenarioSummary> = manifest
+        .scenarios
+        .iter()
+        .map(|entry| {
+            let mine: Vec<&TrialRecord> = trials.iter().filter(|t| t.scenario == entry.name).collect();
+            summarize_scenario(entry, &mine)
+        })
+        .collect();
+    Summary {
+        run: manifest.run.clone(),
+        fault: manifest.fault_override.clone(),
+        pass: !scenarios.is_empty() && scenarios.iter().all(|s| s.pass),
+        scenarios,
+    }
+}
