@@ -4,22 +4,9 @@
 use serde::{Deserialize, Serialize};
 
 /// Every check by name; the mutants table and the reports key on these.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    strum::EnumIter,
-    strum::IntoStaticStr,
-    strum::Display,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(strum::EnumIter, strum::IntoStaticStr, strum::Display)]
 #[strum(serialize_all = "kebab-case")]
 pub enum CheckName {
     /// Warm and cold ended the same way (both replied, or both refused with the same code), as expected.
@@ -96,20 +83,9 @@ impl CheckResult {
 }
 
 /// A trial's verdict.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    strum::EnumIter,
-    strum::IntoStaticStr,
-    strum::Display,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::EnumIter, strum::IntoStaticStr, strum::Display)]
 #[strum(serialize_all = "snake_case")]
 pub enum Verdict {
     Pass,

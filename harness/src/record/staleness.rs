@@ -9,20 +9,9 @@ use crate::stats::{self, Bound};
 use crate::scenario::ContextName;
 
 /// What a warm reply was classified as.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    strum::EnumIter,
-    strum::IntoStaticStr,
-    strum::Display,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(strum::EnumIter, strum::IntoStaticStr, strum::Display)]
 #[strum(serialize_all = "kebab-case")]
 pub enum Class {
     Fresh,

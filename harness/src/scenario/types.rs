@@ -33,21 +33,9 @@ pub struct Scenario {
 }
 
 /// The kinds of trial a scenario can ask for.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    JsonSchema,
-    strum::EnumIter,
-    strum::IntoStaticStr,
-    strum::Display,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
+#[derive(strum::EnumIter, strum::IntoStaticStr, strum::Display)]
 #[strum(serialize_all = "kebab-case")]
 pub enum Kind {
     BoundaryMatrix,

@@ -29,23 +29,9 @@ impl Default for BoundaryParams {
 }
 
 /// The boundary cases of the reuse decision.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    JsonSchema,
-    strum::EnumIter,
-    strum::IntoStaticStr,
-    strum::Display,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
+#[derive(strum::EnumIter, strum::IntoStaticStr, strum::Display)]
 #[strum(serialize_all = "kebab-case")]
 pub enum CaseName {
     /// The next chat turn: prompt + reply + new user text. Reuse is everything fed.

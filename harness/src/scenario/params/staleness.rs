@@ -7,23 +7,9 @@ use serde::{Deserialize, Serialize};
 use super::{MAX_TOKENS, MAX_USER_LEN};
 
 /// The stale contexts a case can hold next to its current prompt.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    JsonSchema,
-    strum::EnumIter,
-    strum::IntoStaticStr,
-    strum::Display,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
+#[derive(strum::EnumIter, strum::IntoStaticStr, strum::Display)]
 #[strum(serialize_all = "kebab-case")]
 pub enum ContextName {
     /// The slot's previous request: the same conversation with a different last user message (an edited and
