@@ -136,15 +136,7 @@ fn render<DB: DrawingBackend>(
             .label("max_failure_rate the scenario allows")
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], red.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(180, 180, 180))
-        .label_font((FAMILY, 13))
-        .draw()
-        .map_err(|x| e(&x))?;
-    root.present().map_err(|x| e(&x))
+    super::finish_with_legend(&mut chart, &root, SeriesLabelPosition::UpperRight, path)
 }
 
 /// Draw `<stem>.svg` and `<stem>.png`; `x_desc` names what a bar is (with "(failures/trials)").

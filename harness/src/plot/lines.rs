@@ -109,15 +109,7 @@ fn render<DB: DrawingBackend>(
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2)));
         chart.draw_series(s.points.iter().map(|&p| Circle::new(p, 3, colour.filled()))).map_err(|x| e(&x))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(180, 180, 180))
-        .label_font((FAMILY, 13))
-        .draw()
-        .map_err(|x| e(&x))?;
-    root.present().map_err(|x| e(&x))
+    super::finish_with_legend(&mut chart, &root, SeriesLabelPosition::UpperLeft, path)
 }
 
 /// Draw `chart` as `<stem>.svg` and `<stem>.png`; returns both paths.

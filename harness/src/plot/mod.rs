@@ -35,3 +35,26 @@ impl PlotError {
         PlotError { path: path.to_path_buf(), message: e.to_string() }
     }
 }
+
+/// Draw the chart's series legend at `position` (the same box on every chart), then present the picture.
+pub(crate) fn finish_with_legend<'a, DB, CT>(
+    chart: &mut plotters::chart::ChartContext<'a, DB, CT>,
+    root: &plotters::drawing::DrawingArea<DB, plotters::coord::Shift>,
+    position: plotters::chart::SeriesLabelPosition,
+    path: &std::path::Path,
+) -> Result<(), PlotError>
+where
+    DB: plotters::backend::DrawingBackend + 'a,
+    CT: plotters::coord::CoordTranslate,
+{
+    use plotters::style::{Color, RGBColor, WHITE};
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(180, 180, 180))
+        .label_font((FAMILY, 13))
+        .draw()
+        .map_err(|x| PlotError::new(path, x))?;
+    root.present().map_err(|x| PlotError::new(path, x))
+}
