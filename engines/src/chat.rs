@@ -46,6 +46,36 @@ impl Message {
     }
 }
 
+impl std::str::FromStr for Role {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "system" => Ok(Role::System),
+            "user" => Ok(Role::User),
+            "assistant" => Ok(Role::Assistant),
+            "tool" => Ok(Role::Tool),
+            other => Err(format!("unknown role `{other}` (system, user, assistant, tool)")),
+        }
+    }
+}
+
+/// One message of a conversation as text (what a chat client sends).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TextMessage {
+    pub role: String,
+    pub content: String,
+}
+
+/// Render a conversation given as text with this template: each message's content byte by byte (a `<|name|>`
+/// in the text is text, not a special id), then the assistant marker the reply follows.
+pub fn render_text(messages: &[TextMessage]) -> Result<Vec<u32>, String> {
+    let messages = messages
+        .iter()
+        .map(|m| Ok(Message::new(m.role.parse()?, m.content.bytes().map(u32::from).collect())))
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(render(&messages, true))
+}
+
 /// Render a transcript; with `generation_prompt`, end with the assistant marker the reply follows.
 pub fn render(messages: &[Message], generation_prompt: bool) -> Vec<u32> {
     let mut ids = vec![BOS];

@@ -213,6 +213,7 @@ pub(crate) mod tests {
             state_bytes: true,
             kv_share: false,
             reuse_rule: None,
+            chat: true,
         }
     }
 

@@ -52,6 +52,8 @@ mod tests {
             decode: Duration::ZERO,
             wall: Duration::ZERO,
             stop: StopReason::Length,
+            prompt_ids: None,
+            pieces: None,
         }
     }
 

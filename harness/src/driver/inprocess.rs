@@ -11,7 +11,10 @@ use kvproof_engines::engine::{Engine, EngineInfo, Flow, NoObserver, Observer, Re
 use kvproof_engines::error::EngineError;
 use kvproof_engines::fault::Fault;
 
-use super::{Caps, Driver, DriverError, Generation, Launcher};
+use kvproof_engines::chat::render_text;
+use kvproof_engines::tokenizer::Tokenizer;
+
+use super::{Caps, ChatRequest, Driver, DriverError, Generation, Launcher};
 use crate::scenario::engine_config::{self, ConfigOverrides};
 
 /// Opens fresh instances of one bundled engine.
@@ -78,6 +81,7 @@ impl InProcessLauncher {
             state_bytes: true,
             kv_share: false,
             reuse_rule: None,
+            chat: true,
         };
         InProcessLauncher { base: Mutex::new(engine), info, caps, label }
     }
@@ -140,6 +144,22 @@ impl Driver for InProcess {
         self.generate_observed(req, &mut CancelAt { poll, seen: 0 })
     }
 
+    fn generate_chat(&mut self, req: &ChatRequest) -> Result<Generation, DriverError> {
+        let bad = |detail: String| DriverError::Refused { code: "BAD_REQUEST".into(), detail };
+        let prompt = render_text(&req.messages).map_err(bad)?;
+        let r = Request {
+            id: req.id,
+            slot: req.slot,
+            prompt: prompt.clone(),
+            max_tokens: req.max_tokens,
+            ignore_eos: req.ignore_eos,
+            ..Request::default()
+        };
+        let mut g = self.generate(&r)?;
+        g.prompt_ids = Some(prompt);
+        Ok(g)
+    }
+
     fn state_bytes(&mut self) -> Option<usize> {
         Some(self.engine.state_bytes())
     }
@@ -182,7 +202,7 @@ impl InProcess {
         let wall = t0.elapsed();
         match result {
             Ok(Ok(reply)) => Ok(Generation {
-                tokens: reply.tokens,
+                tokens: reply.tokens.clone(),
                 gaps: Some(reply.gaps),
                 reused: Some(reply.reused),
                 prompt_tokens: reply.prompt_tokens,
@@ -190,6 +210,8 @@ impl InProcess {
                 decode: reply.timings.decode,
                 wall,
                 stop: reply.stop,
+                prompt_ids: None,
+                pieces: Some(reply.tokens.iter().map(|&t| Tokenizer.token_bytes(t)).collect()),
             }),
             Ok(Err(e)) => Err(DriverError::Refused { code: error_code(&e).into(), detail: e.to_string() }),
             Err(p) => Err(DriverError::Died {

@@ -9,6 +9,7 @@ mod stdio;
 
 use std::time::Duration;
 
+use kvproof_engines::chat::TextMessage;
 use kvproof_engines::dump::StateDump;
 use kvproof_engines::engine::{EngineInfo, Request, StopReason};
 use kvproof_engines::fault::Fault;
@@ -44,6 +45,20 @@ pub struct Caps {
     /// The reuse rule the engine declares (CAPS `reuse_rule=`), or the scenario declares for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reuse_rule: Option<DeclaredRule>,
+    /// The engine takes conversations as text and renders them with its own template (`Driver::generate_chat`).
+    #[serde(default)]
+    pub chat: bool,
+}
+
+/// A request whose prompt is a conversation in text: the engine applies its own chat template and tokenizer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatRequest {
+    pub id: u64,
+    pub slot: usize,
+    pub messages: Vec<TextMessage>,
+    pub max_tokens: usize,
+    /// Generate past eos: a reply of exactly `max_tokens` tokens.
+    pub ignore_eos: bool,
 }
 
 /// One finished request as the harness sees it.
@@ -60,6 +75,12 @@ pub struct Generation {
     /// Wall time as the harness measured it (includes transport).
     pub wall: Duration,
     pub stop: StopReason,
+    /// The ids the engine fed for the prompt, when it reports them (a chat request: what its template and
+    /// tokenizer made of the text).
+    pub prompt_ids: Option<Vec<u32>>,
+    /// Each emitted token's text, when the driver reports it (failure messages show it in the engine's own
+    /// vocabulary).
+    pub pieces: Option<Vec<Vec<u8>>>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -121,6 +142,11 @@ pub trait Driver: Send {
         let _ = (req, poll);
         Err(DriverError::Unsupported("this driver cannot cancel a request at a given prefill poll".into()))
     }
+    /// Run a conversation given as text (drivers with `Caps::chat`).
+    fn generate_chat(&mut self, req: &ChatRequest) -> Result<Generation, DriverError> {
+        let _ = req;
+        Err(DriverError::Unsupported("this driver takes no conversations as text".into()))
+    }
     /// Bytes the engine's state holds (every slot), when the driver can see them (`Caps::state_bytes`).
     fn state_bytes(&mut self) -> Option<usize> {
         None
@@ -143,6 +169,8 @@ pub fn launcher_for(spec: &EngineSpec, fault: Option<Option<Fault>>) -> Result<B
             let fault = fault.unwrap_or(*own);
             Ok(Box::new(InProcessLauncher::open_with(arch, *preset, *seed, fault, config)?))
         }
-        EngineSpec::Command { command, timeout_ms } => Ok(Box::new(StdioLauncher::start(command, *timeout_ms)?)),
+        EngineSpec::Command { command, timeout_ms, reuse_rule } => {
+            Ok(Box::new(StdioLauncher::start(command, *timeout_ms)?.with_reuse_rule(*reuse_rule)))
+        }
     }
 }

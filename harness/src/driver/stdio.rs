@@ -99,9 +99,20 @@ impl StdioLauncher {
             // an engine that shares prefixes across slots says so (the bundled engines' CAPS do not yet)
             kv_share: engine_caps.get("kv_share") == Some("1"),
             reuse_rule,
+            chat: false,
         };
         let dump_dir = std::env::temp_dir().join(format!("kvproof-dumps-{}", std::process::id()));
         Ok(StdioLauncher { command, timeout, info, caps, dump_dir })
+    }
+}
+
+impl StdioLauncher {
+    /// The scenario's rule for the engine, over whatever its CAPS declare.
+    pub fn with_reuse_rule(mut self, rule: Option<DeclaredRule>) -> Self {
+        if rule.is_some() {
+            self.caps.reuse_rule = rule;
+        }
+        self
     }
 }
 
@@ -191,6 +202,8 @@ impl Driver for StdioDriver {
             decode: as_reply.timings.decode,
             wall: reply.wall,
             stop: as_reply.stop,
+            prompt_ids: None,
+            pieces: None,
         })
     }
 

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::engine_config::ConfigOverrides;
 use super::params::{BoundaryParams, GrowthParams, StalenessParams, StressParams};
+use super::DeclaredRule;
 
 /// One scenario file.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -175,6 +176,10 @@ pub enum EngineSpec {
         /// Per-request timeout in milliseconds (default 60000); a hung engine is killed.
         #[schemars(with = "Option<u64>", range(min = 1))]
         timeout_ms: u64,
+        /// The engine's reuse rule (strict, lcp, grid:R, block:B, none), when its CAPS do not declare it or
+        /// declare it wrong; the oracle's exact reuse check needs one.
+        #[schemars(with = "Option<String>")]
+        reuse_rule: Option<DeclaredRule>,
     },
 }
 
@@ -226,6 +231,8 @@ pub struct RawEngine {
     command: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     timeout_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reuse_rule: Option<String>,
 }
 
 impl TryFrom<RawEngine> for EngineSpec {
@@ -235,8 +242,10 @@ impl TryFrom<RawEngine> for EngineSpec {
             (Some(_), Some(_)) => Err("engine: give either `arch` (bundled) or `command` (stdio), not both".into()),
             (None, None) => Err("engine: missing field `arch` (bundled engine) or `command` (stdio engine)".into()),
             (Some(arch), None) => {
-                if raw.timeout_ms.is_some() {
-                    return Err("engine: `timeout_ms` applies to `command` engines only".into());
+                if raw.timeout_ms.is_some() || raw.reuse_rule.is_some() {
+                    return Err("engine: `timeout_ms` and `reuse_rule` apply to `command` engines only (a bundled \
+                                engine's rule is its arch's)"
+                        .into());
                 }
                 kvproof_engines::bundled::arch(&arch).map_err(|e| format!("engine.arch: {e}"))?;
                 let preset = match raw.preset {
@@ -269,7 +278,11 @@ impl TryFrom<RawEngine> for EngineSpec {
                 if timeout_ms == 0 {
                     return Err("engine.timeout_ms: must be positive".into());
                 }
-                Ok(EngineSpec::Command { command, timeout_ms })
+                let reuse_rule = match raw.reuse_rule {
+                    Some(r) => Some(r.parse::<DeclaredRule>().map_err(|e| format!("engine.reuse_rule: {e}"))?),
+                    None => None,
+                };
+                Ok(EngineSpec::Command { command, timeout_ms, reuse_rule })
             }
         }
     }
@@ -286,9 +299,12 @@ impl From<EngineSpec> for RawEngine {
                 config: (!config.is_empty()).then_some(config),
                 ..RawEngine::default()
             },
-            EngineSpec::Command { command, timeout_ms } => {
-                RawEngine { command: Some(command), timeout_ms: Some(timeout_ms), ..RawEngine::default() }
-            }
+            EngineSpec::Command { command, timeout_ms, reuse_rule } => RawEngine {
+                command: Some(command),
+                timeout_ms: Some(timeout_ms),
+                reuse_rule: reuse_rule.map(|r| r.to_string()),
+                ..RawEngine::default()
+            },
         }
     }
 }
