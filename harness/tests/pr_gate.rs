@@ -64,6 +64,12 @@ fn pr_scenarios_are_shaped_for_the_gate() {
         assert_eq!(of(Kind::BoundaryMatrix), 1, "{arch} boundary scenarios");
         assert_eq!(of(Kind::StressPairs), 1, "{arch} stress scenarios");
     }
+    // every scenario requires the checks a pass must rest on: a pass with them skipped fails the gate
+    for s in &scenarios {
+        for c in [CheckName::Tokens, CheckName::Reuse, CheckName::ReuseFired, CheckName::State, CheckName::Record] {
+            assert!(s.assertions.require.contains(&c), "{} does not require {c}", s.name);
+        }
+    }
     for s in scenarios.iter().filter(|s| s.kind == Kind::StressPairs) {
         assert_eq!(s.assertions.max_failure_rate, Some(0.01), "{}", s.name);
         assert_eq!(s.assertions.confidence, 0.95, "{}", s.name);

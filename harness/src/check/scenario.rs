@@ -44,10 +44,15 @@ fn summarize_scenario(entry: &ScenarioEntry, trials: &[&TrialRecord]) -> Scenari
             }
         }
         reuse.prompt_tokens += t.prompt_tokens;
+        if let Some(r) = t.reused {
+            reuse.reused += r;
+            reuse.reported_prompt_tokens += t.prompt_tokens;
+        }
         // Only turns that reported reuse: a refused turn has an expectation but nothing to hold it against.
         if let (Some(r), Some(e)) = (t.reused, t.expected_reuse) {
-            reuse.reused += r;
             reuse.expected += e;
+            reuse.expected_trials += 1;
+            reuse.reused_where_expected += r;
         }
         reuse.warm_ms += t.timings.warm_ms.unwrap_or(0.0);
         reuse.cold_ms += t.timings.cold_ms.unwrap_or(0.0);
@@ -69,6 +74,7 @@ fn summarize_scenario(entry: &ScenarioEntry, trials: &[&TrialRecord]) -> Scenari
     if conclusive == 0 {
         reasons.push("no conclusive trial".into());
     }
+    reasons.extend(required_checks(&entry.assertions.require, trials));
     let rate = entry.assertions.max_failure_rate;
     if let (Some(limit), Some(b)) = (rate, bound) {
         let ok = b.upper <= limit;
@@ -110,6 +116,7 @@ fn summarize_scenario(entry: &ScenarioEntry, trials: &[&TrialRecord]) -> Scenari
         pass: reasons.is_empty(),
         reasons,
         checks,
+        required: entry.assertions.require.clone(),
         skip_reasons,
         skipped_cases: entry.skipped.iter().map(|s| (s.name.clone(), s.reason.clone())).collect(),
         reuse,
@@ -133,5 +140,57 @@ pub fn summarize(manifest: &Manifest, trials: &[TrialRecord]) -> Summary {
         fault: manifest.fault_override.clone(),
         pass: !scenarios.is_empty() && scenarios.iter().all(|s| s.pass),
         scenarios,
+    }
+}
+
+/// Why the scenario's required checks fail it: one skipped on a trial that was not refused as its case expects,
+/// or one that ran on no trial at all.
+fn required_checks(require: &[CheckName], trials: &[&TrialRecord]) -> Vec<String> {
+    let mut reasons = Vec::new();
+    for &check in require {
+        let mut ran = 0usize;
+        let mut skipped: BTreeMap<&str, usize> = BTreeMap::new();
+        for t in trials.iter().filter(|t| t.refused.is_none()) {
+            match t.checks.iter().find(|c| c.check == check).map(|c| (c.status, c.detail.as_str())) {
+                Some((Status::Pass | Status::Fail, _)) => ran += 1,
+                Some((Status::Skipped, why)) => *skipped.entry(why).or_default() += 1,
+                None => {}
+            }
+        }
+        let n: usize = skipped.values().sum();
+        if let Some((why, _)) = skipped.iter().max_by_key(|(_, &k)| k) {
+            reasons.push(format!("required check `{check}` was skipped on {n} trial(s) (e.g. {why})"));
+        } else if ran == 0 {
+            reasons.push(format!("required check `{check}` ran on no trial"));
+        }
+    }
+    reasons
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::CheckResult;
+    use crate::scenario::Kind;
+
+    fn trial(checks: Vec<CheckResult>, refused: Option<&str>) -> TrialRecord {
+        let mut t = TrialRecord::new("s", Kind::BoundaryMatrix, "p", 0, "turn 2", 1);
+        t.checks = checks;
+        t.refused = refused.map(str::to_string);
+        t
+    }
+
+    #[test]
+    fn a_required_check_skipped_or_never_run_fails_the_scenario() {
+        let ran = trial(vec![CheckResult::pass(CheckName::State, "")], None);
+        let skipped = trial(vec![CheckResult::skipped(CheckName::State, "the engine offers no state dumps")], None);
+        let refused = trial(vec![CheckResult::skipped(CheckName::State, "request refused")], Some("CANCELLED"));
+        assert!(required_checks(&[CheckName::State], &[&ran, &refused]).is_empty(), "refused turns are excused");
+        let r = required_checks(&[CheckName::State], &[&ran, &skipped]);
+        assert_eq!(r.len(), 1);
+        assert!(r[0].contains("`state` was skipped on 1 trial(s) (e.g. the engine offers no state dumps)"), "{r:?}");
+        let r = required_checks(&[CheckName::ReuseFired], &[&ran]);
+        assert_eq!(r, vec!["required check `reuse-fired` ran on no trial".to_string()]);
+        assert!(required_checks(&[], &[&skipped]).is_empty());
     }
 }

@@ -61,6 +61,8 @@ pub struct TurnContext<'a> {
 #[derive(Debug)]
 pub struct Assessed {
     pub checks: Vec<CheckResult>,
+    /// The code warm and cold both refused the turn with, as it expects.
+    pub refused: Option<String>,
     pub divergence: Option<Divergence>,
     pub diff: Option<Result<StateDiff, Incomparable>>,
 }
@@ -68,6 +70,10 @@ pub struct Assessed {
 /// Every check of one compared turn (no instance died: the caller checked that first).
 pub fn assess(cx: &TurnContext<'_>, warm: Observed<'_>, cold: Observed<'_>, control: Option<Observed<'_>>) -> Assessed {
     let mut checks = vec![outcome(cx.expect_refusal, warm.result, cold.result)];
+    let refused = match (warm.result, cold.result, cx.expect_refusal) {
+        (Err(w), Err(c), Some(exp)) if w.code() == exp && c.code() == exp => Some(exp.to_string()),
+        _ => None,
+    };
     let mut divergence = None;
     let both = match (warm.result, cold.result) {
         (Ok(w), Ok(c)) => Some((w, c)),
@@ -96,7 +102,7 @@ pub fn assess(cx: &TurnContext<'_>, warm: Observed<'_>, cold: Observed<'_>, cont
 
     let (state_checks, diff) = state_checks(cx, warm, cold, both);
     checks.extend(state_checks);
-    Assessed { checks, divergence, diff }
+    Assessed { checks, refused, divergence, diff }
 }
 
 fn control_check(

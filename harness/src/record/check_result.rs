@@ -3,47 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Every check by name; the mutants table and the reports key on these.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-#[derive(strum::EnumIter, strum::IntoStaticStr, strum::Display)]
-#[strum(serialize_all = "kebab-case")]
-pub enum CheckName {
-    /// Warm and cold ended the same way (both replied, or both refused with the same code), as expected.
-    Outcome,
-    /// Warm and cold emitted the same tokens.
-    Tokens,
-    /// Two cold instances emitted the same tokens (otherwise the trial is noise, not a reuse bug).
-    Control,
-    /// The reported reuse equals the expected count; cold instances reuse nothing.
-    Reuse,
-    /// Reuse is non-zero where it must fire.
-    ReuseFired,
-    /// The record holds exactly the ids fed (and is tainted exactly when it must be).
-    Record,
-    /// The state after the turn, warm vs cold, row by row by absolute position.
-    State,
-    /// Every position the state and record claim has its row, at the place the cache kind puts it.
-    Coverage,
-    /// The state's bytes follow its capacity, not the turn count (no buffers leaked per turn).
-    Memory,
-    /// The scenario's failure-rate bound (a scenario-level check).
-    Rate,
-}
-
-impl CheckName {
-    pub fn name(self) -> &'static str {
-        self.into()
-    }
-
-    /// Failures of these do not depend on sampling: a noisy control cannot excuse them.
-    pub fn is_deterministic(self) -> bool {
-        matches!(
-            self,
-            CheckName::Reuse | CheckName::ReuseFired | CheckName::Record | CheckName::Coverage | CheckName::Memory
-        )
-    }
-}
+pub use crate::scenario::CheckName;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -77,7 +77,7 @@ impl ScenarioEntry {
             fault: engine_info.fault.clone(),
             engine_info,
             caps,
-            assertions: s.assertions,
+            assertions: s.assertions.clone(),
             plans,
             planned_trials,
             skipped,

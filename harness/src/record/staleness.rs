@@ -89,6 +89,10 @@ pub struct ContextCounts {
     pub errors: usize,
     /// Cases in which some stale hypothesis predicted a reply other than the fresh one.
     pub distinguishable: usize,
+    /// Conclusive cases (fresh, stale or corrupt) that were distinguishable: the only ones where a stale reply
+    /// could have shown, so the stale rate's denominator.
+    #[serde(default)]
+    pub distinguishable_conclusive: usize,
     pub stale_bound: Option<Bound>,
     pub corrupt_bound: Option<Bound>,
     pub not_fresh_bound: Option<Bound>,
@@ -105,6 +109,7 @@ impl ContextCounts {
             inconclusive: 0,
             errors: 0,
             distinguishable: 0,
+            distinguishable_conclusive: 0,
             stale_bound: None,
             corrupt_bound: None,
             not_fresh_bound: None,
@@ -125,15 +130,18 @@ impl ContextCounts {
             Class::Inconclusive => self.inconclusive += 1,
         }
         self.distinguishable += usize::from(o.distinguishable());
+        self.distinguishable_conclusive += usize::from(o.distinguishable() && o.class != Class::Inconclusive);
     }
 
     /// The bounds over the conclusive cases counted.
     pub fn bound(&mut self, confidence: f64) {
         let n = (self.fresh + self.stale + self.corrupt) as u64;
-        let b = |k: usize| stats::one_sided(k as u64, n, confidence).ok();
-        self.stale_bound = b(self.stale);
-        self.corrupt_bound = b(self.corrupt);
-        self.not_fresh_bound = b(self.stale + self.corrupt);
+        let b = |k: usize, n: u64| stats::one_sided(k as u64, n, confidence).ok();
+        // A stale reply can only show where some hypothesis differs from the fresh reply; any case can show a
+        // corrupt one.
+        self.stale_bound = b(self.stale, self.distinguishable_conclusive as u64);
+        self.corrupt_bound = b(self.corrupt, n);
+        self.not_fresh_bound = b(self.stale + self.corrupt, n);
     }
 }
 

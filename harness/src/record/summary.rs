@@ -21,8 +21,19 @@ pub struct CheckCounts {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct ReuseTotals {
     pub prompt_tokens: usize,
+    /// Positions the engine reported reusing, over every trial that reported a count (with or without an
+    /// expectation: an engine kvproof has no rule for still shows what it reuses).
     pub reused: usize,
+    /// Prompt tokens of the trials that reported a count (the share's denominator).
+    #[serde(default)]
+    pub reported_prompt_tokens: usize,
+    /// The oracle's count, over the trials that have one.
     pub expected: usize,
+    /// Trials with an expectation, and what the engine reported on exactly those.
+    #[serde(default)]
+    pub expected_trials: usize,
+    #[serde(default)]
+    pub reused_where_expected: usize,
     pub warm_ms: f64,
     pub cold_ms: f64,
 }
@@ -45,6 +56,9 @@ pub struct ScenarioSummary {
     /// Why the scenario failed.
     pub reasons: Vec<String>,
     pub checks: BTreeMap<CheckName, CheckCounts>,
+    /// The checks the scenario requires (`assert.require`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub required: Vec<CheckName>,
     /// Skip reasons per check, with how often each occurred.
     pub skip_reasons: BTreeMap<String, usize>,
     pub skipped_cases: Vec<(String, String)>,

@@ -40,6 +40,10 @@ pub struct TrialRecord {
     pub divergence: Option<Divergence>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<StateSummary>,
+    /// The protocol error code both instances refused the turn with, as the case expected (checks that need a
+    /// reply could not run on it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
     /// What went wrong when the verdict is `error`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -78,6 +82,7 @@ impl TrialRecord {
             checks: Vec::new(),
             divergence: None,
             state: None,
+            refused: None,
             error: None,
             stderr_tail: None,
             timings: TrialTimings::default(),

@@ -46,15 +46,26 @@ pub fn render(summary: &Summary, trials: &[TrialRecord]) -> String {
     }
     md.push_str("\nFailure rates are exact one-sided Clopper–Pearson upper bounds over conclusive trials.\n");
 
-    md.push_str("\n## Reuse\n\n| scenario | prompt tokens | reused (expected) | share reused | warm ms | cold ms | cold / warm |\n|---|---|---|---|---|---|---|\n");
+    md.push_str(
+        "\n## Reuse\n\nWhat each engine reported reusing (over every trial that reported a count), and what the oracle \
+         expects where it has a rule for the engine.\n\n| scenario | prompt tokens | reused (reported) | share reused \
+         | expected by the oracle | warm ms | cold ms | cold / warm |\n|---|---|---|---|---|---|---|---|\n",
+    );
     for s in &summary.scenarios {
         let r = &s.reuse;
-        let share = if r.prompt_tokens > 0 { 100.0 * r.reused as f64 / r.prompt_tokens as f64 } else { 0.0 };
+        let share = match r.reported_prompt_tokens {
+            0 => "—".to_string(),
+            n => format!("{:.1}%", 100.0 * r.reused as f64 / n as f64),
+        };
+        let expected = match r.expected_trials {
+            0 => "— (no rule)".to_string(),
+            n => format!("{} on {n} trial(s), the engine {}", r.expected, r.reused_where_expected),
+        };
         let speed = if r.warm_ms > 0.0 { format!("{:.2}x", r.cold_ms / r.warm_ms) } else { "—".into() };
         let _ = writeln!(
             md,
-            "| {} | {} | {} ({}) | {share:.1}% | {:.1} | {:.1} | {speed} |",
-            s.name, r.prompt_tokens, r.reused, r.expected, r.warm_ms, r.cold_ms
+            "| {} | {} | {} | {share} | {expected} | {:.1} | {:.1} | {speed} |",
+            s.name, r.prompt_tokens, r.reused, r.warm_ms, r.cold_ms
         );
     }
 
@@ -65,10 +76,24 @@ pub fn render(summary: &Summary, trials: &[TrialRecord]) -> String {
         summary.scenarios.iter().filter_map(|s| s.staleness.as_ref().map(|g| (s.name.as_str(), g))).collect();
     md.push_str(&super::staleness::markdown(&stale));
 
-    md.push_str("\n## Checks\n\n| scenario | check | pass | fail | skipped |\n|---|---|---|---|---|\n");
+    md.push_str(
+        "\n## Checks\n\nPer check, on how many trials it ran (passed or failed) and was skipped; a required check \
+         (`assert.require`) that was skipped fails its scenario.\n\n| scenario | check | ran | pass | fail | skipped \
+         | required |\n|---|---|---|---|---|---|---|\n",
+    );
     for s in &summary.scenarios {
         for (c, n) in &s.checks {
-            let _ = writeln!(md, "| {} | {} | {} | {} | {} |", s.name, c, n.pass, n.fail, n.skipped);
+            let required = if s.required.contains(c) { "yes" } else { "" };
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {required} |",
+                s.name,
+                c,
+                n.pass + n.fail,
+                n.pass,
+                n.fail,
+                n.skipped
+            );
         }
     }
 

@@ -111,7 +111,7 @@ fn ms(d: std::time::Duration) -> f64 {
 pub fn run_plan(ctx: &Paired<'_>, plan_index: usize, plan: &Plan, tap: &mut dyn Tap) -> Vec<TrialRecord> {
     let mut out = Vec::new();
     let at = (plan, plan_index);
-    let assertions = ctx.scenario.assertions;
+    let assertions = &ctx.scenario.assertions;
     let mut inst = Instances::new(ctx.launcher, ctx.sink, &ctx.scenario.name, &plan.name, plan_index);
     if let Err(e) = inst.launch_warm() {
         ctx.abandon(at, 0, &format!("warm instance: {e}"), e.stderr_tail(), &mut out);
@@ -237,6 +237,7 @@ pub fn run_plan(ctx: &Paired<'_>, plan_index: usize, plan: &Plan, tap: &mut dyn 
             }
             record.state = assessed.diff.as_ref().and_then(|d| d.as_ref().ok()).map(StateSummary::of);
             record.checks = assessed.checks;
+            record.refused = assessed.refused;
             record.divergence = assessed.divergence;
         }
 

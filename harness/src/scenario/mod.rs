@@ -1,6 +1,7 @@
 //! Scenario files: the format (`types`, and each kind's `params`), how files and folders of them are read (`load`), and the model-config
 //! overrides a bundled engine may carry (`engine_config`), and the JSON schema generated from those types (`schema`).
 
+mod check_name;
 pub mod engine_config;
 mod load;
 pub mod params;
@@ -8,6 +9,7 @@ mod reuse_rule;
 mod schema;
 mod types;
 
+pub use check_name::CheckName;
 pub use load::{collect_files, load_file, load_paths, load_str, ScenarioError};
 pub use params::{BoundaryParams, CaseName, ContextName, GrowthParams, StalenessParams, StressParams};
 pub use params::{MAX_TOKENS, MAX_TURNS, MAX_USER_LEN};

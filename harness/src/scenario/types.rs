@@ -89,7 +89,7 @@ fn default_confidence() -> f64 {
 }
 
 /// What the scenario requires beyond "every check passes".
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Assertions {
     /// The run fails when the one-sided Clopper–Pearson upper bound on the failure rate exceeds this. When set,
@@ -123,6 +123,11 @@ pub struct Assertions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(max = 1), extend("exclusiveMinimum" = 0))]
     pub min_reuse_fraction: Option<f64>,
+    /// Checks that must run: one skipped on a trial (other than a turn refused as the case expects) fails the
+    /// scenario, and so does one that ran on no trial at all. A pass in which most checks were skipped must not
+    /// look like any other pass.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub require: Vec<super::CheckName>,
 }
 
 impl Default for Assertions {
@@ -136,6 +141,7 @@ impl Default for Assertions {
             min_cold_ratio: None,
             min_speedup_of_ideal: None,
             min_reuse_fraction: None,
+            require: Vec::new(),
         }
     }
 }
