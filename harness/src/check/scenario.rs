@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::record::{
-    CheckCounts, CheckName, Manifest, ReuseTotals, ScenarioEntry, ScenarioSummary, Status, Summary, TrialRecord,
-    Verdict,
+    CheckCounts, CheckName, GapStats, Manifest, ReuseTotals, ScenarioEntry, ScenarioSummary, Status, Summary,
+    TrialRecord, Verdict,
 };
 use crate::stats;
 
@@ -116,6 +116,7 @@ fn summarize_scenario(entry: &ScenarioEntry, trials: &[&TrialRecord]) -> Scenari
         pass: reasons.is_empty(),
         reasons,
         checks,
+        gaps: gap_stats(trials, entry.assertions.near_tie),
         required: entry.assertions.require.clone(),
         skip_reasons,
         skipped_cases: entry.skipped.iter().map(|s| (s.name.clone(), s.reason.clone())).collect(),
@@ -141,6 +142,32 @@ pub fn summarize(manifest: &Manifest, trials: &[TrialRecord]) -> Summary {
         pass: !scenarios.is_empty() && scenarios.iter().all(|s| s.pass),
         scenarios,
     }
+}
+
+/// The share of the engine's own gaps below which a divergence counts as a near-tie.
+const NEAR_TIE_PERCENTILE: f64 = 0.05;
+
+/// The top-2 gaps at first divergences and the near-tie threshold; `None` when no trial diverged.
+fn gap_stats(trials: &[&TrialRecord], near_tie: Option<f32>) -> Option<GapStats> {
+    let diverged: Vec<_> = trials.iter().filter_map(|t| t.divergence.as_ref()).collect();
+    if diverged.is_empty() {
+        return None;
+    }
+    let mut at_divergence: Vec<f32> = diverged.iter().filter_map(|d| d.gap()).filter(|g| g.is_finite()).collect();
+    at_divergence.sort_by(f32::total_cmp);
+    let mut observed: Vec<f32> =
+        trials.iter().flat_map(|t| t.cold_gaps.iter().copied()).filter(|g| g.is_finite()).collect();
+    observed.sort_by(f32::total_cmp);
+    let (threshold, threshold_source) = match near_tie {
+        Some(t) => (Some(t), "set by the scenario (assert.near_tie)".to_string()),
+        None if observed.is_empty() => (None, "no gaps reported by the engine".to_string()),
+        None => {
+            let i = ((observed.len() - 1) as f64 * NEAR_TIE_PERCENTILE).round() as usize;
+            (Some(observed[i]), format!("the engine's 5th percentile of {} cold-reply gaps", observed.len()))
+        }
+    };
+    let near_ties = at_divergence.iter().filter(|&&g| threshold.is_some_and(|t| g < t)).count();
+    Some(GapStats { at_divergence, threshold, threshold_source, near_ties })
 }
 
 /// Why the scenario's required checks fail it: one skipped on a trial that was not refused as its case expects,

@@ -119,9 +119,9 @@ pub fn record_check(expected_tainted: Option<bool>, dumps: &[(&str, &StateDump, 
             if let Some(at) = IdDiff::new(fed, got).first_difference() {
                 let what = if got.len() > fed.len() && at == fed.len() {
                     format!(
-                        "claims {} id(s) never fed, starting with {} at position {at}",
+                        "claims {} id(s) never fed, starting with id {} at position {at}",
                         got.len() - fed.len(),
-                        crate::record::printable(got[fed.len()])
+                        got[fed.len()]
                     )
                 } else if got.len() < fed.len() && at == got.len() {
                     format!("holds {} of the {} ids fed", got.len(), fed.len())
@@ -250,7 +250,7 @@ mod tests {
         let d = dump(3, &[1, 2, 104, 105], vec![]);
         let r = record_check(None, &[("warm", &d, Some(&fed[..]))]);
         assert_eq!(r.status, Status::Fail);
-        assert!(r.detail.contains("claims 1 id(s) never fed, starting with 'i' at position 3"), "{}", r.detail);
+        assert!(r.detail.contains("claims 1 id(s) never fed, starting with id 105 at position 3"), "{}", r.detail);
         let mut tainted = dump(3, &fed, vec![]);
         tainted.record.tainted = false;
         let r = record_check(Some(true), &[("warm", &tainted, Some(&fed[..]))]);

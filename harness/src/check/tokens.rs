@@ -3,17 +3,20 @@
 
 use crate::driver::Generation;
 use crate::id_diff::IdDiff;
-use crate::record::{CheckName, CheckResult, Divergence};
+use crate::record::{show_piece, CheckName, CheckResult, Divergence};
 
 pub fn first_divergence(warm: &Generation, cold: &Generation) -> Option<Divergence> {
     let index = IdDiff::new(&warm.tokens, &cold.tokens).first_difference()?;
     let gap = |g: &Generation| g.gaps.as_ref().and_then(|gaps| gaps.get(index).copied());
+    let text = |g: &Generation| g.pieces.as_ref().and_then(|p| p.get(index)).map(|b| show_piece(b));
     Some(Divergence {
         index,
         warm: warm.tokens.get(index).copied(),
         cold: cold.tokens.get(index).copied(),
         warm_gap: gap(warm),
         cold_gap: gap(cold),
+        warm_text: text(warm),
+        cold_text: text(cold),
     })
 }
 
@@ -69,15 +72,21 @@ mod tests {
         let (r, d) = identity(&gen(&[104, 105, 7], &[1.0, 0.001, 2.0]), &gen(&[104, 101], &[1.0, 0.004]));
         let d = d.expect("diverges");
         assert_eq!((d.index, d.warm, d.cold), (1, Some(105), Some(101)));
-        assert_eq!(d.cold_gap, Some(0.004));
-        assert!(d.near_tie());
-        assert!(r.detail.contains("#1") && r.detail.contains("'i'") && r.detail.contains("near-tie"), "{}", r.detail);
+        assert_eq!(d.gap(), Some(0.004), "the reference's gap");
+        assert!(r.detail.contains("#1: warm 105 gap 0.0010, cold 101 gap 0.0040"), "{}", r.detail);
+        // with the engine's own token text
+        let mut w = gen(&[104, 105, 7], &[1.0, 0.001, 2.0]);
+        w.pieces = Some(vec![b"h".to_vec(), b" the".to_vec(), vec![0xff]]);
+        let mut c = gen(&[104, 101], &[1.0, 0.004]);
+        c.pieces = Some(vec![b"h".to_vec(), vec![0xc3]]);
+        let (r, _) = identity(&w, &c);
+        assert!(r.detail.contains("warm 105 \" the\" gap 0.0010, cold 101 0xc3 gap"), "{}", r.detail);
     }
 
     #[test]
     fn a_longer_reply_diverges_where_the_shorter_ends() {
         let d = first_divergence(&gen(&[1, 2, 3], &[5.0; 3]), &gen(&[1, 2], &[5.0; 2])).expect("diverges");
         assert_eq!((d.index, d.warm, d.cold), (2, Some(3), None));
-        assert!(!d.near_tie());
+        assert!(d.describe().contains("cold (ended)"), "{}", d.describe());
     }
 }

@@ -3,9 +3,6 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Gaps below this are reported as near-ties: a tiny numeric difference may flip the pick there.
-pub const NEAR_TIE: f32 = 1e-2;
-
 /// The first token where warm and cold differ.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Divergence {
@@ -16,40 +13,45 @@ pub struct Divergence {
     /// Top-1 minus top-2 logit at that step, when the driver reports gaps.
     pub warm_gap: Option<f32>,
     pub cold_gap: Option<f32>,
+    /// The token's text in the engine's own vocabulary, when the driver reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_text: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold_text: Option<String>,
 }
 
 impl Divergence {
-    pub fn near_tie(&self) -> bool {
-        self.warm_gap.into_iter().chain(self.cold_gap).any(|g| g < NEAR_TIE)
+    /// How confident the reference (the cold instance) was where they part; the warm gap when there is no cold one.
+    pub fn gap(&self) -> Option<f32> {
+        self.cold_gap.or(self.warm_gap)
     }
 
     pub fn describe(&self) -> String {
-        let tok = |t: Option<u32>, gap: Option<f32>| {
-            let id = match t {
-                Some(t) => format!("{t} {}", printable(t)),
-                None => "(ended)".into(),
+        let tok = |t: Option<u32>, text: &Option<String>, gap: Option<f32>| {
+            let id = match (t, text) {
+                (Some(t), Some(text)) => format!("{t} {text}"),
+                (Some(t), None) => t.to_string(),
+                (None, _) => "(ended)".into(),
             };
             match gap {
                 Some(g) => format!("{id} gap {g:.4}"),
                 None => id,
             }
         };
-        let tie = if self.near_tie() { " (near-tie)" } else { "" };
         format!(
-            "first differing token #{}: warm {}, cold {}{tie}",
+            "first differing token #{}: warm {}, cold {}",
             self.index,
-            tok(self.warm, self.warm_gap),
-            tok(self.cold, self.cold_gap)
+            tok(self.warm, &self.warm_text, self.warm_gap),
+            tok(self.cold, &self.cold_text, self.cold_gap)
         )
     }
 }
 
-/// A token id as a reader wants to see it: the byte as a character, or the special's name.
-pub fn printable(id: u32) -> String {
-    let bytes = kvproof_engines::tokenizer::Tokenizer.token_bytes(id);
-    match bytes.as_slice() {
-        [b] if b.is_ascii_graphic() || *b == b' ' => format!("'{}'", *b as char),
-        [b] => format!("0x{b:02x}"),
-        _ => String::from_utf8_lossy(&bytes).into_owned(),
+/// A token's text as a reader wants to see it: quoted when it is printable text, its bytes in hex otherwise.
+pub fn show_piece(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(s) if !s.is_empty() && s.chars().all(|c| !c.is_control()) => format!("{s:?}"),
+        _ if bytes.is_empty() => "''".into(),
+        _ => bytes.iter().map(|b| format!("0x{b:02x}")).collect::<Vec<_>>().join(" "),
     }
 }

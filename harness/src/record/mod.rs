@@ -14,13 +14,13 @@ mod trial;
 mod turn_row;
 
 pub use check_result::{CheckName, CheckResult, Status, Verdict};
-pub use divergence::{printable, Divergence, NEAR_TIE};
+pub use divergence::{show_piece, Divergence};
 pub use growth::{median, GrowthStats, GrowthTurn, Run, Timing};
 pub use manifest::{stamp, unix_now, Machine, Manifest, ScenarioEntry};
 pub use provenance_ref::ProvenanceRef;
 pub use staleness::{Class, ContextCounts, Hypothesis, Shape, StaleOutcome, StalenessStats};
 pub use state::StateSummary;
-pub use summary::{CheckCounts, ReuseTotals, ScenarioSummary, Summary};
+pub use summary::{CheckCounts, GapStats, ReuseTotals, ScenarioSummary, Summary};
 pub use trial::{TrialRecord, TrialTimings};
 pub use turn_row::TurnRow;
 

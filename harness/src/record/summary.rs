@@ -38,6 +38,26 @@ pub struct ReuseTotals {
     pub cold_ms: f64,
 }
 
+/// Where warm and cold part, how confident the reference was: the top-2 gap at every first divergence, against the
+/// near-tie threshold (the scenario's, or the engine's own 5th percentile of gaps).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GapStats {
+    /// The gap at each first divergence that had one, ascending.
+    pub at_divergence: Vec<f32>,
+    pub threshold: Option<f32>,
+    /// "set by the scenario", or "the engine's 5th percentile of N cold gaps".
+    pub threshold_source: String,
+    /// First divergences whose gap is below the threshold.
+    pub near_ties: usize,
+}
+
+impl GapStats {
+    /// Whether a divergence at `gap` is a near-tie.
+    pub fn is_near_tie(&self, gap: f32) -> bool {
+        self.threshold.is_some_and(|t| gap < t)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ScenarioSummary {
     pub name: String,
@@ -56,6 +76,9 @@ pub struct ScenarioSummary {
     /// Why the scenario failed.
     pub reasons: Vec<String>,
     pub checks: BTreeMap<CheckName, CheckCounts>,
+    /// The top-2 gaps where warm and cold parted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gaps: Option<GapStats>,
     /// The checks the scenario requires (`assert.require`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub required: Vec<CheckName>,

@@ -35,6 +35,16 @@ pub struct TrialRecord {
     pub warm_reply: Vec<u32>,
     #[serde(default)]
     pub cold_reply: Vec<u32>,
+    /// Each reply token's text in the engine's own vocabulary, kept when the replies differ (the summary's token
+    /// diff shows it); empty when the driver reports no text.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warm_pieces: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cold_pieces: Vec<String>,
+    /// The cold reply's top-2 gap at every token: the engine's own gap distribution, against which a divergence
+    /// at a near-tie is told from a confident one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cold_gaps: Vec<f32>,
     pub checks: Vec<CheckResult>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub divergence: Option<Divergence>,
@@ -79,6 +89,9 @@ impl TrialRecord {
             reused: None,
             warm_reply: Vec::new(),
             cold_reply: Vec::new(),
+            warm_pieces: Vec::new(),
+            cold_pieces: Vec::new(),
+            cold_gaps: Vec::new(),
             checks: Vec::new(),
             divergence: None,
             state: None,
@@ -89,6 +102,37 @@ impl TrialRecord {
             provenance: None,
             growth: None,
             staleness: None,
+        }
+    }
+
+    /// The text of token `id` as either reply has it (empty when the driver reported no text).
+    pub fn token_text(&self, id: u32) -> String {
+        fn find(ids: &[u32], pieces: &[String], id: u32) -> Option<String> {
+            ids.iter().position(|&t| t == id).and_then(|i| pieces.get(i)).cloned()
+        }
+        find(&self.warm_reply, &self.warm_pieces, id)
+            .or_else(|| find(&self.cold_reply, &self.cold_pieces, id))
+            .unwrap_or_default()
+    }
+
+    /// Keep what the replies of `warm` and `cold` say besides their ids: the cold gaps always, each token's text
+    /// when the replies differ.
+    pub fn keep_reply_detail(
+        &mut self,
+        warm: Option<&crate::driver::Generation>,
+        cold: Option<&crate::driver::Generation>,
+    ) {
+        let texts = |g: Option<&crate::driver::Generation>| -> Vec<String> {
+            g.and_then(|g| g.pieces.as_ref())
+                .map(|p| p.iter().map(|b| super::show_piece(b)).collect())
+                .unwrap_or_default()
+        };
+        if let Some(gaps) = cold.and_then(|c| c.gaps.as_ref()) {
+            self.cold_gaps = gaps.clone();
+        }
+        if self.warm_reply != self.cold_reply {
+            self.warm_pieces = texts(warm);
+            self.cold_pieces = texts(cold);
         }
     }
 

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::id_diff::IdDiff;
-use crate::record::{printable, ScenarioSummary, Status, Summary, TrialRecord, Verdict};
+use crate::record::{CheckName, ScenarioSummary, Status, Summary, TrialRecord, Verdict};
 use crate::stats;
 
 fn bound_cell(s: &ScenarioSummary) -> String {
@@ -97,6 +97,32 @@ pub fn render(summary: &Summary, trials: &[TrialRecord]) -> String {
         }
     }
 
+    let gaps: Vec<_> = summary.scenarios.iter().filter_map(|s| s.gaps.as_ref().map(|g| (s, g))).collect();
+    if !gaps.is_empty() {
+        md.push_str(
+            "\n## Where warm and cold part\n\nThe reference's top-2 logit gap at every first differing token: a \
+             divergence at a near-tie (a gap below the threshold) can be a tiny numeric difference flipping the pick; \
+             one where the reference was confident is a real divergence.\n\n| scenario | divergences | gap min / \
+             median / max | near-tie threshold | near-ties |\n|---|---|---|---|---|\n",
+        );
+        for (s, g) in gaps {
+            let spread = match g.at_divergence.as_slice() {
+                [] => "— (no gaps reported)".to_string(),
+                v => format!("{:.4} / {:.4} / {:.4}", v[0], v[v.len() / 2], v[v.len() - 1]),
+            };
+            let threshold = g.threshold.map_or_else(|| "—".to_string(), |t| format!("{t:.4}"));
+            let _ = writeln!(
+                md,
+                "| {} | {} | {spread} | {threshold} ({}) | {} of {} |",
+                s.name,
+                g.at_divergence.len(),
+                g.threshold_source,
+                g.near_ties,
+                g.at_divergence.len()
+            );
+        }
+    }
+
     let failing: Vec<&TrialRecord> =
         trials.iter().filter(|t| matches!(t.verdict, Verdict::Fail | Verdict::Error)).collect();
     if !summary.pass {
@@ -115,11 +141,18 @@ pub fn render(summary: &Summary, trials: &[TrialRecord]) -> String {
             if let (Some(e), Some(r)) = (t.expected_reuse, t.reused) {
                 let _ = writeln!(md, "- prompt {} tokens, reused {r}, expected {e}", t.prompt_tokens);
             }
+            let gaps = summary.scenarios.iter().find(|s| s.name == t.scenario).and_then(|s| s.gaps.as_ref());
             for c in t.checks.iter().filter(|c| c.status == Status::Fail) {
-                let _ = writeln!(md, "- `{}`: {}", c.check, c.detail);
+                let tie = match (c.check, t.divergence.as_ref().and_then(|d| d.gap()), gaps) {
+                    (CheckName::Tokens, Some(gap), Some(g)) if g.is_near_tie(gap) => {
+                        format!(" — a near-tie (gap below {:.4}, {})", g.threshold.unwrap_or(0.0), g.threshold_source)
+                    }
+                    _ => String::new(),
+                };
+                let _ = writeln!(md, "- `{}`: {}{tie}", c.check, c.detail);
             }
             if t.warm_reply != t.cold_reply && !(t.warm_reply.is_empty() && t.cold_reply.is_empty()) {
-                let diff = IdDiff::new(&t.warm_reply, &t.cold_reply).grouped(3, printable);
+                let diff = IdDiff::new(&t.warm_reply, &t.cold_reply).grouped(3, |id| t.token_text(id));
                 let _ = writeln!(md, "- warm vs cold tokens (`-` warm only, `+` cold only):\n\n```diff\n{diff}```");
             }
             if let Some(p) = &t.provenance {

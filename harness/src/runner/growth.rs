@@ -173,6 +173,7 @@ fn run_plan(
         record.reused = w0.reused;
         record.warm_reply = w0.tokens.clone();
         record.cold_reply = cold_runs[0].tokens.clone();
+        record.keep_reply_detail(Some(w0), Some(&cold_runs[0]));
         record.checks = turn_checks(pl.expected.clone(), pl.must_reuse, warm_runs, cold_runs);
         record.divergence = tokens::first_divergence(w0, &cold_runs[0]);
         record.verdict = check::verdict(&record.checks);

@@ -186,6 +186,7 @@ pub fn run_plan(ctx: &Paired<'_>, plan_index: usize, plan: &Plan, tap: &mut dyn 
         if let Ok(g) = &cold.result {
             record.cold_reply = g.tokens.clone();
         }
+        record.keep_reply_detail(warm.result.as_ref().ok(), cold.result.as_ref().ok());
 
         let fatal = [Some(&warm), Some(&cold), control.as_ref()].into_iter().flatten().find_map(Sent::fatal);
         if let Some((why, tail)) = fatal {

@@ -123,6 +123,11 @@ pub struct Assertions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(max = 1), extend("exclusiveMinimum" = 0))]
     pub min_reuse_fraction: Option<f64>,
+    /// Top-2 logit gaps below this are near-ties, where a tiny numeric difference may flip the pick; absent, the
+    /// engine's own 5th percentile of the gaps its cold replies showed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub near_tie: Option<f32>,
     /// Checks that must run: one skipped on a trial (other than a turn refused as the case expects) fails the
     /// scenario, and so does one that ran on no trial at all. A pass in which most checks were skipped must not
     /// look like any other pass.
@@ -141,6 +146,7 @@ impl Default for Assertions {
             min_cold_ratio: None,
             min_speedup_of_ideal: None,
             min_reuse_fraction: None,
+            near_tie: None,
             require: Vec::new(),
         }
     }
@@ -404,6 +410,11 @@ fn validate(params: &Params, a: &Assertions) -> Result<(), String> {
     if let Some(r) = a.max_failure_rate {
         if !(0.0..1.0).contains(&r) {
             return Err(format!("assert.max_failure_rate: {r} is not in [0, 1)"));
+        }
+    }
+    if let Some(g) = a.near_tie {
+        if !(g.is_finite() && g > 0.0) {
+            return Err(format!("assert.near_tie: {g} must be a positive number"));
         }
     }
     match params {
