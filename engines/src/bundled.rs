@@ -9,15 +9,7 @@ use crate::fault::Fault;
 use crate::fixture::TensorSpec;
 use crate::weights::Weights;
 
-/// One bundled engine family.
-#[derive(Debug, Clone, Copy)]
-pub struct ArchInfo {
-    pub name: &'static str,
-    pub modelled_on: &'static str,
-    pub state: &'static str,
-    pub reuse_rule: &'static str,
-    pub faults: &'static [Fault],
-}
+pub use crate::engine_loop::ArchInfo;
 
 /// Opens an engine of one arch over loaded weights.
 pub type OpenFn = fn(ModelConfig, &Weights, Option<Fault>) -> Result<Box<dyn Engine>>;

@@ -14,6 +14,7 @@ pub mod decode;
 pub mod dump;
 pub mod dump_file;
 pub mod engine;
+pub mod engine_loop;
 pub mod error;
 pub mod fault;
 pub mod fixture;

@@ -13,7 +13,7 @@
 use rayon::prelude::*;
 
 use super::model::Model;
-use super::state::SlotState;
+use super::state::State;
 use crate::arch::moe_sublayer::add_moe_sublayer;
 use crate::arch::output_head::last_row_logits;
 use crate::cache::RowMeta;
@@ -37,7 +37,7 @@ pub struct Aborted {
 impl Model {
     /// Feed `b` into `st`, writing every row with `b.writer`; returns the logits of the last row.
     /// `abort()` is asked before every layer but the first; `true` abandons the batch there.
-    pub fn forward(&self, st: &mut SlotState, b: &Batch, abort: &mut dyn FnMut() -> bool) -> Result<Vec<f32>, Aborted> {
+    pub fn forward(&self, st: &mut State, b: &Batch, abort: &mut dyn FnMut() -> bool) -> Result<Vec<f32>, Aborted> {
         let c = &self.config;
         let (h, hd) = (c.hidden, c.head_dim);
         let (qd, kvd) = (c.heads * hd, c.kv_heads * hd);

@@ -7,7 +7,7 @@
 use rayon::prelude::*;
 
 use super::model::Model;
-use super::state::{LayerKv, SlotState};
+use super::state::{LayerKv, State};
 use crate::arch::moe_sublayer::add_moe_sublayer;
 use crate::arch::output_head::last_row_logits;
 use crate::arch::short_conv::short_conv;
@@ -54,7 +54,7 @@ impl Model {
     }
 
     /// Feed `b` into `st`, writing every cache row with `b.writer`; returns the logits of the last row.
-    pub fn forward(&self, st: &mut SlotState, b: &Batch, fault: Option<Fault>) -> Vec<f32> {
+    pub fn forward(&self, st: &mut State, b: &Batch, fault: Option<Fault>) -> Vec<f32> {
         let c = &self.config;
         let (h, hd) = (c.hidden, c.head_dim);
         let (qd, kvd) = (c.heads * hd, c.kv_heads * hd);

@@ -7,7 +7,7 @@
 use rayon::prelude::*;
 
 use super::model::{Kda, Mixer, Mla, Model};
-use super::state::{KdaState, LayerState, SlotState};
+use super::state::{KdaState, LayerState, State};
 use crate::arch::moe_sublayer::add_moe_sublayer;
 use crate::arch::output_head::last_row_logits;
 use crate::arch::short_conv::short_conv;
@@ -57,7 +57,7 @@ fn keep_window(window: &mut Rows, raw: &[f32], pos0: usize, meta: RowMeta) {
 
 impl Model {
     /// Feed `b` into `st`, writing every row with `b.writer`; returns the logits of the last row.
-    pub fn forward(&self, st: &mut SlotState, b: &Batch) -> Vec<f32> {
+    pub fn forward(&self, st: &mut State, b: &Batch) -> Vec<f32> {
         let c = &self.config;
         let h = c.hidden;
         let s = b.ids.len();
