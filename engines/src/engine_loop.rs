@@ -19,13 +19,16 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::config::ModelConfig;
+use crate::config::{ArchConfig, BaseConfig};
 use crate::decode::Decoded;
 use crate::dump::{DumpTensor, StateDump, Writer, WriterKind};
 use crate::engine::{Engine, EngineInfo, Flow, Observer, Reply, Request, StopReason, Timings};
 use crate::error::{EngineError, Result};
 use crate::fault::Fault;
+use crate::fixture::TensorSpec;
 use crate::prefix::{Decision, NoReuse, PrefixRecord};
+use crate::tensors::{Load, Source, SpecList};
+use crate::weights::Weights;
 
 /// One bundled engine family, as `kvproof list` describes it.
 #[derive(Debug, Clone, Copy)]
@@ -177,6 +180,8 @@ pub type AudioRows<'r> = Vec<Option<&'r [u8]>>;
 /// What an arch supplies to the request loop. The defaults are the shared behaviour; an arch overrides a hook
 /// where it (or one of its faults) differs.
 pub trait Arch: Send + Sync + Sized + 'static {
+    /// The arch's config: the shared base plus its own options.
+    type Config: ArchConfig;
     type Layers: Layers;
     /// State one request's decode carries from step to step (glm53: the verified draft proposals).
     type Decoding: Default;
@@ -189,7 +194,9 @@ pub trait Arch: Send + Sync + Sized + 'static {
     /// whole prompt, which is a fault everywhere but where the record allows it).
     const KEEPS_LOGITS: bool = true;
 
-    fn config(&self) -> &ModelConfig;
+    /// The model from its tensors, each named once (`SpecList` lists them for a fixture, `Load` reads them).
+    fn build(config: Self::Config, src: &mut dyn Source, hash: String) -> Result<Self>;
+    fn config(&self) -> &BaseConfig;
     /// Short hash of config + weights.
     fn hash(&self) -> &str;
     /// A fresh slot's layers, sized for `config().initial_capacity` positions.
@@ -490,4 +497,19 @@ impl<A: Arch> Engine for BundledEngine<A> {
     fn fault(&self) -> Option<Fault> {
         self.fault
     }
+}
+
+/// The tensors an `A` checkpoint holds, in checkpoint order.
+pub fn tensors<A: Arch>(config: &A::Config) -> Result<Vec<TensorSpec>> {
+    let mut list = SpecList::default();
+    A::build(config.clone(), &mut list, String::new())?;
+    Ok(list.0)
+}
+
+/// An engine of arch `A` over `weights` (every tensor's shape checked against the config).
+pub fn open<A: Arch>(config: A::Config, weights: &Weights, fault: Option<Fault>) -> Result<Box<dyn Engine>> {
+    config.validate().map_err(|message| EngineError::Config { path: weights.path().into(), message })?;
+    let hash = crate::arch::model_hash::model_hash(&config, weights);
+    let model = A::build(config, &mut Load(weights), hash)?;
+    Ok(Box::new(BundledEngine::new(Arc::new(model), fault)))
 }

@@ -1,8 +1,9 @@
 //! DeepSeek end to end: chunking invariance, the compressor's block structure, warm vs cold continuation across the
 //! window and capacity growth, the strict-prefix rule, and failure paths that taint.
 
+use kvproof_engines::arch::deepseek::Config as ModelConfig;
 use kvproof_engines::chat::{render, Message, Role};
-use kvproof_engines::config::{ModelConfig, Preset};
+use kvproof_engines::config::{ArchConfig, Preset};
 use kvproof_engines::dump::{CacheKind, StateDump, WriterKind};
 use kvproof_engines::engine::{Engine, Flow, NoObserver, Observer, Reply, Request, StopReason, TokenEvent};
 use kvproof_engines::{bundled, fixture, EngineError};
@@ -10,12 +11,12 @@ use kvproof_engines::{bundled, fixture, EngineError};
 const RATIO: usize = 4;
 
 fn tiny() -> ModelConfig {
-    ModelConfig::preset("deepseek", Preset::Tiny).expect("tiny preset")
+    ModelConfig::preset(Preset::Tiny)
 }
 
 fn open(config: ModelConfig) -> Box<dyn Engine> {
-    let weights = fixture::generate_weights(&config, 0).expect("fixture");
-    bundled::open(config, weights, None).expect("open")
+    let weights = fixture::generate_weights(&config.clone().into(), 0).expect("fixture");
+    bundled::open(config.into(), weights, None).expect("open")
 }
 
 fn text(s: &str) -> Vec<u32> {
@@ -84,9 +85,9 @@ fn assert_same_rows(a: &StateDump, b: &StateDump) -> usize {
 #[test]
 fn opens_by_name_at_every_preset() {
     for p in Preset::ALL {
-        let c = ModelConfig::preset("deepseek", p).expect("preset");
+        let c = ModelConfig::preset(p);
         assert_eq!(c.compress_ratio, RATIO);
-        assert_eq!(c.audio_frame_bytes, 0);
+        assert!(serde_json::to_value(&c).expect("json").get("audio_frame_bytes").is_none(), "no audio option");
         assert!(c.window > 0);
     }
     let mut e = bundled::open_preset("deepseek", Preset::Tiny, 0, None).expect("open tiny");

@@ -1,23 +1,24 @@
 //! Every DeepSeek fault is caught by a warm/cold comparison (tokens, or the state row by row by absolute position)
 //! or the reuse count — and the same scenario passes with the fault off.
 
+use kvproof_engines::arch::deepseek::Config as ModelConfig;
 use kvproof_engines::chat::{render, Message, Role};
-use kvproof_engines::config::{ModelConfig, Preset};
+use kvproof_engines::config::{ArchConfig, Preset};
 use kvproof_engines::dump::StateDump;
 use kvproof_engines::engine::{Engine, Flow, NoObserver, Observer, Request};
 use kvproof_engines::fault::Fault;
 use kvproof_engines::{bundled, fixture, EngineError};
 
 fn config() -> ModelConfig {
-    let mut c = ModelConfig::preset("deepseek", Preset::Tiny).expect("tiny");
+    let mut c = ModelConfig::preset(Preset::Tiny);
     c.prefill_chunk = 8;
     c
 }
 
 fn open(fault: Option<Fault>) -> Box<dyn Engine> {
     let c = config();
-    let weights = fixture::generate_weights(&c, 0).expect("fixture");
-    bundled::open(c, weights, fault).expect("open")
+    let weights = fixture::generate_weights(&c.clone().into(), 0).expect("fixture");
+    bundled::open(c.into(), weights, fault).expect("open")
 }
 
 fn text(s: &str) -> Vec<u32> {

@@ -2,19 +2,20 @@
 //! pinned slots with interleaved conversations, cross-slot sharing by copied rows, batch invariance (decode rows
 //! equal prefill rows), capacity growth — each warm turn equal to a cold engine's, bit for bit.
 
+use kvproof_engines::arch::glm::Config as ModelConfig;
 use kvproof_engines::chat::{render, Message, Role};
-use kvproof_engines::config::{ModelConfig, Preset};
+use kvproof_engines::config::{ArchConfig, Preset};
 use kvproof_engines::dump::{CacheKind, DumpTensor, StateDump, WriterKind};
 use kvproof_engines::engine::{Engine, Flow, NoObserver, Observer, Reply, Request, TokenEvent};
 use kvproof_engines::{bundled, fixture, EngineError};
 
 fn tiny() -> ModelConfig {
-    ModelConfig::preset("glm", Preset::Tiny).expect("tiny preset")
+    ModelConfig::preset(Preset::Tiny)
 }
 
 fn open(config: ModelConfig) -> Box<dyn Engine> {
-    let weights = fixture::generate_weights(&config, 0).expect("fixture");
-    bundled::open(config, weights, None).expect("open")
+    let weights = fixture::generate_weights(&config.clone().into(), 0).expect("fixture");
+    bundled::open(config.into(), weights, None).expect("open")
 }
 
 fn sharing() -> ModelConfig {
@@ -236,7 +237,11 @@ fn decode_rows_equal_prefill_rows_and_chunking_never_matters() {
     assert_eq!(held(&da), held(&db));
     let mut logits = Vec::new();
     for chunk in [1, 5, 16, 64] {
-        let mut e = open(ModelConfig { prefill_chunk: chunk, ..tiny() });
+        let mut e = open({
+            let mut c = tiny();
+            c.prefill_chunk = chunk;
+            c
+        });
         let mut obs = Logits::default();
         e.generate(&Request { logprobs: 300, ..req(1, 0, longer.clone(), 4) }, &mut obs).expect("generate");
         logits.push(obs.0);
@@ -260,7 +265,11 @@ fn the_cache_is_latent_rows() {
 
 #[test]
 fn a_long_conversation_grows_capacity_and_stays_equal_to_cold() {
-    let mut warm = open(ModelConfig { initial_capacity: 16, ..tiny() });
+    let mut warm = open({
+        let mut c = tiny();
+        c.initial_capacity = 16;
+        c
+    });
     let mut t = vec![Message::new(Role::User, ids(20, 7))];
     let mut prev: Option<Vec<u32>> = None;
     for turn in 0..4u64 {

@@ -2,8 +2,9 @@
 //! reply crossing a grid boundary, capacity growth), warm equal to cold bit for bit, the kernels NOT being
 //! batch-invariant, the drafter's exactness, and the cache-off switch reproducing the cold path.
 
+use kvproof_engines::arch::glm53::Config as ModelConfig;
 use kvproof_engines::chat::{render, Message, Role};
-use kvproof_engines::config::{ModelConfig, Preset};
+use kvproof_engines::config::{ArchConfig, Preset};
 use kvproof_engines::dump::{DumpTensor, StateDump, WriterKind};
 use kvproof_engines::engine::{Engine, Flow, NoObserver, Observer, Reply, Request, TokenEvent};
 use kvproof_engines::{bundled, fixture, EngineError};
@@ -11,12 +12,12 @@ use kvproof_engines::{bundled, fixture, EngineError};
 const GRID: usize = 16;
 
 fn tiny() -> ModelConfig {
-    ModelConfig::preset("glm53", Preset::Tiny).expect("tiny preset")
+    ModelConfig::preset(Preset::Tiny)
 }
 
 fn open(config: ModelConfig) -> Box<dyn Engine> {
-    let weights = fixture::generate_weights(&config, 0).expect("fixture");
-    bundled::open(config, weights, None).expect("open")
+    let weights = fixture::generate_weights(&config.clone().into(), 0).expect("fixture");
+    bundled::open(config.into(), weights, None).expect("open")
 }
 
 fn text(s: &str) -> Vec<u32> {
@@ -334,7 +335,7 @@ fn every_preset_opens_and_answers() {
         let mut e = bundled::open_preset("glm53", p, 0, None).expect("open");
         let info = e.info();
         assert_eq!(info.arch, "glm53");
-        assert_eq!(info.prompt_rows, Some(ModelConfig::preset("glm53", p).expect("preset").prompt_rows));
+        assert_eq!(info.prompt_rows, Some(ModelConfig::preset(p).prompt_rows));
         if p == Preset::Tiny {
             let r = e.generate(&req(1, ids(20, 13), 3), &mut NoObserver).expect("generate");
             assert_eq!(r.tokens.len(), 3);

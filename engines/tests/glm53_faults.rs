@@ -2,16 +2,17 @@
 //! position, with the writers of the first differing row) or by the reuse count — and the same scenario passes
 //! with the fault off.
 
-use kvproof_engines::config::{ModelConfig, Preset};
+use kvproof_engines::arch::glm53::Config as ModelConfig;
+use kvproof_engines::config::{ArchConfig, Preset};
 use kvproof_engines::dump::{DumpTensor, StateDump};
 use kvproof_engines::engine::{Engine, NoObserver, Request};
 use kvproof_engines::fault::Fault;
 use kvproof_engines::{bundled, fixture};
 
 fn open(fault: Option<Fault>) -> Box<dyn Engine> {
-    let c = ModelConfig::preset("glm53", Preset::Tiny).expect("tiny");
-    let weights = fixture::generate_weights(&c, 0).expect("fixture");
-    bundled::open(c, weights, fault).expect("open")
+    let c = ModelConfig::preset(Preset::Tiny);
+    let weights = fixture::generate_weights(&c.clone().into(), 0).expect("fixture");
+    bundled::open(c.into(), weights, fault).expect("open")
 }
 
 /// Deterministic byte ids, different per salt.

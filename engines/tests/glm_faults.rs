@@ -1,19 +1,20 @@
 //! Every glm fault is caught by a warm/cold comparison (tokens, or the dumps matched row by row by absolute
 //! position) or by the reuse count — and the same scenario passes with the fault off.
 
-use kvproof_engines::config::{ModelConfig, Preset};
+use kvproof_engines::arch::glm::Config as ModelConfig;
+use kvproof_engines::config::{ArchConfig, Preset};
 use kvproof_engines::dump::{DumpTensor, StateDump};
 use kvproof_engines::engine::{Engine, NoObserver, Request};
 use kvproof_engines::fault::Fault;
 use kvproof_engines::{bundled, fixture};
 
 fn config() -> ModelConfig {
-    ModelConfig::preset("glm", Preset::Tiny).expect("tiny")
+    ModelConfig::preset(Preset::Tiny)
 }
 
 fn open(c: ModelConfig, fault: Option<Fault>) -> Box<dyn Engine> {
-    let weights = fixture::generate_weights(&c, 0).expect("fixture");
-    bundled::open(c, weights, fault).expect("open")
+    let weights = fixture::generate_weights(&c.clone().into(), 0).expect("fixture");
+    bundled::open(c.into(), weights, fault).expect("open")
 }
 
 fn ids(n: usize, salt: u32) -> Vec<u32> {
@@ -160,7 +161,8 @@ fn reuse_equal_is_caught_on_an_exact_repeat() {
 
 #[test]
 fn drop_grow_record_is_caught_by_the_reuse_count() {
-    let c = ModelConfig { initial_capacity: 32, ..config() };
+    let mut c = config();
+    c.initial_capacity = 32;
     let first = ids(20, 8);
     let p = first.clone();
     let whole = move |reply: &[u32]| p.iter().chain(reply).copied().collect::<Vec<u32>>();

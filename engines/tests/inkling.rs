@@ -1,19 +1,20 @@
 //! Inkling end to end: ring vs full cache, warm vs cold continuation, capacity growth, and every fault caught.
 
+use kvproof_engines::arch::inkling::Config as ModelConfig;
 use kvproof_engines::chat::{render, Message, Role};
-use kvproof_engines::config::{ModelConfig, Preset};
+use kvproof_engines::config::{ArchConfig, Preset};
 use kvproof_engines::engine::{Engine, Flow, NoObserver, Observer, Reply, Request, TokenEvent};
 use kvproof_engines::fault::Fault;
 use kvproof_engines::tokenizer::AUDIO;
 use kvproof_engines::{bundled, fixture};
 
 fn tiny() -> ModelConfig {
-    ModelConfig::preset("inkling", Preset::Tiny).expect("tiny preset")
+    ModelConfig::preset(Preset::Tiny)
 }
 
 fn open(config: ModelConfig, fault: Option<Fault>) -> Box<dyn Engine> {
-    let weights = fixture::generate_weights(&config, 0).expect("fixture");
-    bundled::open(config, weights, fault).expect("open")
+    let weights = fixture::generate_weights(&config.clone().into(), 0).expect("fixture");
+    bundled::open(config.into(), weights, fault).expect("open")
 }
 
 fn text(s: &str) -> Vec<u32> {

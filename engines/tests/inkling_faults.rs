@@ -1,8 +1,9 @@
 //! Every Inkling fault is caught by a warm/cold comparison, the reuse count, or the state's own consistency —
 //! and the same scenario passes with the fault off.
 
+use kvproof_engines::arch::inkling::Config as ModelConfig;
 use kvproof_engines::chat::{render, Message, Role};
-use kvproof_engines::config::{ModelConfig, Preset};
+use kvproof_engines::config::{ArchConfig, Preset};
 use kvproof_engines::dump::{CacheKind, StateDump};
 use kvproof_engines::engine::{Engine, NoObserver, Request};
 use kvproof_engines::fault::Fault;
@@ -10,10 +11,10 @@ use kvproof_engines::tokenizer::AUDIO;
 use kvproof_engines::{bundled, fixture};
 
 fn open(fault: Option<Fault>) -> Box<dyn Engine> {
-    let mut c = ModelConfig::preset("inkling", Preset::Tiny).expect("tiny");
+    let mut c = ModelConfig::preset(Preset::Tiny);
     c.initial_capacity = 32;
-    let weights = fixture::generate_weights(&c, 0).expect("fixture");
-    bundled::open(c, weights, fault).expect("open")
+    let weights = fixture::generate_weights(&c.clone().into(), 0).expect("fixture");
+    bundled::open(c.into(), weights, fault).expect("open")
 }
 
 fn text(s: &str) -> Vec<u32> {

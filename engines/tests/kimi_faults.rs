@@ -2,22 +2,23 @@
 //! absolute position) or the reuse count, kv-leak by the memory check — and the same scenario passes with the fault
 //! off.
 
+use kvproof_engines::arch::kimi::Config as ModelConfig;
 use kvproof_engines::chat::{render, Message, Role};
-use kvproof_engines::config::{ModelConfig, Preset};
+use kvproof_engines::config::{ArchConfig, Preset};
 use kvproof_engines::dump::StateDump;
 use kvproof_engines::engine::{Engine, NoObserver, Request};
 use kvproof_engines::fault::Fault;
 use kvproof_engines::{bundled, fixture};
 
 fn config() -> ModelConfig {
-    let mut c = ModelConfig::preset("kimi", Preset::Tiny).expect("tiny");
+    let mut c = ModelConfig::preset(Preset::Tiny);
     c.initial_capacity = 32;
     c
 }
 
 fn open_with(c: ModelConfig, fault: Option<Fault>) -> Box<dyn Engine> {
-    let weights = fixture::generate_weights(&c, 0).expect("fixture");
-    bundled::open(c, weights, fault).expect("open")
+    let weights = fixture::generate_weights(&c.clone().into(), 0).expect("fixture");
+    bundled::open(c.into(), weights, fault).expect("open")
 }
 
 fn open(fault: Option<Fault>) -> Box<dyn Engine> {

@@ -7,7 +7,7 @@ pub mod inkling;
 pub mod kimi;
 
 mod checkpoint_layout;
-mod model_hash;
+pub(crate) mod model_hash;
 mod moe_sublayer;
 mod output_head;
 mod short_conv;

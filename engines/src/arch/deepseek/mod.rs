@@ -12,21 +12,16 @@ mod forward;
 mod model;
 mod state;
 
-use std::sync::Arc;
-
-pub use model::{tensor_specs, Model};
+pub use model::{Config, Model};
 use state::State;
 
-use crate::bundled::Entry;
-use crate::config::{ModelConfig, Preset};
+use crate::config::BaseConfig;
 use crate::dump::{Writer, WriterKind};
-use crate::engine::{Engine, EngineInfo, Request};
-use crate::engine_loop::{Arch, ArchInfo, BundledEngine, Progress, Segment, Slot};
+use crate::engine::{EngineInfo, Request};
+use crate::engine_loop::{Arch, ArchInfo, Progress, Segment, Slot};
 use crate::error::Result;
 use crate::fault::Fault;
 use forward::Batch;
-
-pub const ENTRY: Entry = Entry { info: INFO, tensor_specs, preset, open };
 
 pub const INFO: ArchInfo = ArchInfo {
     name: "deepseek",
@@ -38,28 +33,18 @@ pub const INFO: ArchInfo = ArchInfo {
     faults: &[Fault::CounterReuse, Fault::BulkRecord, Fault::RecordOnFailure],
 };
 
-/// No audio, no global layers: every layer is window + compressor, ratio 4 (and 16 on odd layers).
-fn preset(c: &mut ModelConfig, _: Preset) {
-    c.audio_frame_bytes = 0;
-    c.global_every = 0;
-    c.conv_kernel = 0;
-    c.compress_ratio = 4;
-    c.kv_lora = 0;
-    c.qk_rope = 0;
-    c.mla_every = 0;
-}
-
-fn open(config: ModelConfig, weights: &crate::weights::Weights, fault: Option<Fault>) -> Result<Box<dyn Engine>> {
-    Ok(Box::new(BundledEngine::new(Arc::new(Model::load(config, weights)?), fault)))
-}
-
 impl Arch for Model {
+    type Config = Config;
     type Layers = State;
     type Decoding = ();
     const INFO: ArchInfo = INFO;
 
-    fn config(&self) -> &ModelConfig {
-        &self.config
+    fn build(config: Config, src: &mut dyn crate::tensors::Source, hash: String) -> Result<Self> {
+        Model::build(config, src, hash)
+    }
+
+    fn config(&self) -> &BaseConfig {
+        &self.config.base
     }
 
     fn hash(&self) -> &str {

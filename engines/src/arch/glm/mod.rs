@@ -11,21 +11,16 @@ mod model;
 mod reuse;
 mod state;
 
-use std::sync::Arc;
-
-pub use model::{tensor_specs, Model};
+pub use model::{Config, Model};
 use state::State;
 
-use crate::bundled::Entry;
-use crate::config::{ModelConfig, Preset};
+use crate::config::BaseConfig;
 use crate::dump::{Writer, WriterKind};
-use crate::engine::{Engine, Request};
-use crate::engine_loop::{Arch, ArchInfo, BundledEngine, Progress, Segment, Slot, Start};
+use crate::engine::Request;
+use crate::engine_loop::{Arch, ArchInfo, Progress, Segment, Slot, Start};
 use crate::error::Result;
 use crate::fault::Fault;
 use forward::Batch;
-
-pub const ENTRY: Entry = Entry { info: INFO, tensor_specs, preset, open };
 
 pub const INFO: ArchInfo = ArchInfo {
     name: "glm",
@@ -44,34 +39,18 @@ pub const INFO: ArchInfo = ArchInfo {
     ],
 };
 
-/// glm sizes: four slots, MLA widths, no rings, no audio; sharing off.
-fn preset(c: &mut ModelConfig, p: Preset) {
-    c.window = 0;
-    c.global_every = 0;
-    c.conv_kernel = 0;
-    c.audio_frame_bytes = 0;
-    c.slots = 4;
-    c.kv_share = false;
-    // MLA has no kv heads: the latent is shared by every head
-    c.kv_heads = c.heads;
-    (c.kv_lora, c.qk_rope) = match p {
-        Preset::Tiny => (32, 8),
-        Preset::Small => (64, 16),
-        Preset::Bench => (128, 32),
-    };
-}
-
-fn open(config: ModelConfig, weights: &crate::weights::Weights, fault: Option<Fault>) -> Result<Box<dyn Engine>> {
-    Ok(Box::new(BundledEngine::new(Arc::new(Model::load(config, weights)?), fault)))
-}
-
 impl Arch for Model {
+    type Config = Config;
     type Layers = State;
     type Decoding = ();
     const INFO: ArchInfo = INFO;
 
-    fn config(&self) -> &ModelConfig {
-        &self.config
+    fn build(config: Config, src: &mut dyn crate::tensors::Source, hash: String) -> Result<Self> {
+        Model::build(config, src, hash)
+    }
+
+    fn config(&self) -> &BaseConfig {
+        &self.config.base
     }
 
     fn hash(&self) -> &str {

@@ -1,16 +1,83 @@
-//! glm's weights (GLM-5 / DeepSeek-style MLA): each layer projects the input to a compressed latent
+//! glm's config and weights (GLM-5 / DeepSeek-style MLA): each layer projects the input to a compressed latent
 //! (`kv_lora` wide, normalised) plus one shared rope key (`qk_rope` wide) — the only things cached per position —
 //! and `kv_b_proj` decompresses the latent into every head's key (nope part) and value at attention time.
 //! The FFN is a MoE with routed and shared experts.
 
-use crate::arch::checkpoint_layout::{layer_name, moe_specs, LayerExperts};
-use crate::arch::model_hash::model_hash;
-use crate::config::ModelConfig;
-use crate::error::{EngineError, Result};
-use crate::fixture::{Init, TensorSpec};
+use std::ops::{Deref, DerefMut};
+
+use serde::{Deserialize, Serialize};
+
+use crate::arch::checkpoint_layout::{embedding, layer_prefix, moe, output_head};
+use crate::config::{ArchConfig, BaseConfig, HashLayout, Preset};
+use crate::error::Result;
 use crate::kernels::Rope;
 use crate::moe::Moe;
-use crate::weights::Weights;
+use crate::tensors::{within, Source};
+
+/// glm's config: the shared base plus its options.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Config {
+    #[serde(flatten)]
+    pub base: BaseConfig,
+    /// Width of the cached latent row per position.
+    pub kv_lora: usize,
+    /// Width of the cached shared rope key per position (even: rope pairs).
+    pub qk_rope: usize,
+    /// Cross-slot prefix sharing: a request on an empty slot copies the longest matching prefix another slot holds.
+    #[serde(default)]
+    pub kv_share: bool,
+}
+
+impl Deref for Config {
+    type Target = BaseConfig;
+    fn deref(&self) -> &BaseConfig {
+        &self.base
+    }
+}
+
+impl DerefMut for Config {
+    fn deref_mut(&mut self) -> &mut BaseConfig {
+        &mut self.base
+    }
+}
+
+impl ArchConfig for Config {
+    /// Four slots, MLA widths by preset, sharing off; MLA has no kv heads (the latent is shared by every head).
+    fn preset(p: Preset) -> Self {
+        let base = BaseConfig::preset("glm", p);
+        let base = BaseConfig { slots: 4, kv_heads: base.heads, ..base };
+        let (kv_lora, qk_rope) = match p {
+            Preset::Tiny => (32, 8),
+            Preset::Small => (64, 16),
+            Preset::Bench => (128, 32),
+        };
+        Config { base, kv_lora, qk_rope, kv_share: false }
+    }
+
+    fn base(&self) -> &BaseConfig {
+        &self.base
+    }
+
+    fn validate(&self) -> std::result::Result<(), String> {
+        self.base.validate()?;
+        if self.kv_lora == 0 {
+            return Err("field `kv_lora` must be positive for glm (the cached latent)".into());
+        }
+        if self.qk_rope == 0 || self.qk_rope % 2 == 1 {
+            return Err(format!("field `qk_rope` ({}) must be positive and even for glm", self.qk_rope));
+        }
+        Ok(())
+    }
+
+    fn hash_layout(&self) -> HashLayout {
+        HashLayout {
+            kv_lora: self.kv_lora,
+            qk_rope: self.qk_rope,
+            kv_share: self.kv_share,
+            ..HashLayout::of(&self.base)
+        }
+    }
+}
 
 /// One transformer layer.
 #[derive(Debug, Clone)]
@@ -32,7 +99,7 @@ pub struct Layer {
 /// The whole model; shared (`Arc`) by warm and cold instances.
 #[derive(Debug, Clone)]
 pub struct Model {
-    pub config: ModelConfig,
+    pub config: Config,
     pub embed: Vec<f32>,
     pub layers: Vec<Layer>,
     pub final_norm: Vec<f32>,
@@ -43,59 +110,26 @@ pub struct Model {
     pub hash: String,
 }
 
-/// The checkpoint's tensors, in the order a fixture writes them.
-pub fn tensor_specs(c: &ModelConfig) -> Vec<TensorSpec> {
-    let (h, hd) = (c.hidden, c.head_dim);
-    let mut s = vec![TensorSpec::new("model.embed_tokens.weight", &[c.vocab, h], Init::Uniform(1.0))];
-    for i in 0..c.layers {
-        s.push(TensorSpec::new(layer_name(i, "input_layernorm.weight"), &[h], Init::Ones));
-        s.push(TensorSpec::linear(layer_name(i, "self_attn.q_proj.weight"), c.heads * (hd + c.qk_rope), h));
-        s.push(TensorSpec::linear(layer_name(i, "self_attn.kv_a_proj_with_mqa.weight"), c.kv_lora + c.qk_rope, h));
-        s.push(TensorSpec::new(layer_name(i, "self_attn.kv_a_layernorm.weight"), &[c.kv_lora], Init::Ones));
-        s.push(TensorSpec::linear(layer_name(i, "self_attn.kv_b_proj.weight"), c.heads * 2 * hd, c.kv_lora));
-        s.push(TensorSpec::linear(layer_name(i, "self_attn.o_proj.weight"), h, c.heads * hd));
-        s.push(TensorSpec::new(layer_name(i, "post_attention_layernorm.weight"), &[h], Init::Ones));
-        moe_specs(c, i, &mut s);
-    }
-    s.push(TensorSpec::new("model.norm.weight", &[h], Init::Ones));
-    s.push(TensorSpec::linear("lm_head.weight", c.vocab, h));
-    s
-}
-
 impl Model {
-    pub fn load(c: ModelConfig, w: &Weights) -> Result<Model> {
-        let bad = |message: String| EngineError::Config { path: w.path().into(), message };
-        c.validate().map_err(bad)?;
-        if c.kv_lora == 0 {
-            return Err(bad("field `kv_lora` must be positive for glm (the cached latent)".into()));
-        }
-        if c.qk_rope == 0 || c.qk_rope % 2 == 1 {
-            return Err(bad(format!("field `qk_rope` ({}) must be positive and even for glm", c.qk_rope)));
-        }
+    /// The model from `src`, every tensor named once, in checkpoint order.
+    pub fn build(c: Config, src: &mut dyn Source, hash: String) -> Result<Model> {
         let (h, hd) = (c.hidden, c.head_dim);
+        let embed = embedding(src, &c)?;
         let mut layers = Vec::with_capacity(c.layers);
         for i in 0..c.layers {
-            let t = |rest: &str, shape: &[usize]| w.tensor(&layer_name(i, rest), shape);
-            let experts = LayerExperts::load(w, &c, i)?;
+            let t = &mut within(src, layer_prefix(i));
             layers.push(Layer {
-                attn_norm: t("input_layernorm.weight", &[h])?,
-                wq: t("self_attn.q_proj.weight", &[c.heads * (hd + c.qk_rope), h])?,
-                wkv_a: t("self_attn.kv_a_proj_with_mqa.weight", &[c.kv_lora + c.qk_rope, h])?,
-                kv_norm: t("self_attn.kv_a_layernorm.weight", &[c.kv_lora])?,
-                wkv_b: t("self_attn.kv_b_proj.weight", &[c.heads * 2 * hd, c.kv_lora])?,
-                wo: t("self_attn.o_proj.weight", &[h, c.heads * hd])?,
-                ffn_norm: t("post_attention_layernorm.weight", &[h])?,
-                moe: experts.with_router(w, &c)?,
+                attn_norm: t.norm("input_layernorm.weight", h)?,
+                wq: t.linear("self_attn.q_proj.weight", c.heads * (hd + c.qk_rope), h)?,
+                wkv_a: t.linear("self_attn.kv_a_proj_with_mqa.weight", c.kv_lora + c.qk_rope, h)?,
+                kv_norm: t.norm("self_attn.kv_a_layernorm.weight", c.kv_lora)?,
+                wkv_b: t.linear("self_attn.kv_b_proj.weight", c.heads * 2 * hd, c.kv_lora)?,
+                wo: t.linear("self_attn.o_proj.weight", h, c.heads * hd)?,
+                ffn_norm: t.norm("post_attention_layernorm.weight", h)?,
+                moe: moe(t, &c)?,
             });
         }
-        Ok(Model {
-            embed: w.tensor("model.embed_tokens.weight", &[c.vocab, h])?,
-            layers,
-            final_norm: w.tensor("model.norm.weight", &[h])?,
-            lm_head: w.tensor("lm_head.weight", &[c.vocab, h])?,
-            rope: Rope::new(c.qk_rope, c.rope_theta),
-            hash: model_hash(&c, w),
-            config: c,
-        })
+        let (final_norm, lm_head) = output_head(src, &c)?;
+        Ok(Model { embed, layers, final_norm, lm_head, rope: Rope::new(c.qk_rope, c.rope_theta), hash, config: c })
     }
 }

@@ -1,7 +1,7 @@
 //! The layers of one glm slot: per layer, the MLA latent rows and rope rows (row t = position t, self-contained).
 
+use super::model::Config;
 use crate::cache::{FullCache, RowMeta};
-use crate::config::ModelConfig;
 use crate::dump::{CacheKind, DumpTensor, Writer};
 use crate::engine_loop::{Layers, Slot};
 use crate::fault::Fault;
@@ -26,7 +26,7 @@ pub struct State {
 }
 
 impl State {
-    pub fn new(c: &ModelConfig) -> Self {
+    pub fn new(c: &Config) -> Self {
         let capacity = c.initial_capacity;
         let kv = (0..c.layers)
             .map(|_| LatentKv {

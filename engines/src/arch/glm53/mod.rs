@@ -19,23 +19,19 @@ mod model;
 mod state;
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 pub use chunks::plan;
-pub use model::{tensor_specs, Model};
+pub use model::{Config, Model};
 use state::State;
 
-use crate::bundled::Entry;
-use crate::config::{ModelConfig, Preset};
+use crate::config::BaseConfig;
 use crate::dump::{Writer, WriterKind};
-use crate::engine::{Engine, EngineInfo, Request};
-use crate::engine_loop::{Arch, ArchInfo, BundledEngine, Progress, Segment, Slot, Start};
+use crate::engine::{EngineInfo, Request};
+use crate::engine_loop::{Arch, ArchInfo, Progress, Segment, Slot, Start};
 use crate::error::Result;
 use crate::fault::Fault;
 use crate::prefix::{Decision, NoReuse};
 use forward::{prefill_reduction, Batch, DECODE_REDUCTION};
-
-pub const ENTRY: Entry = Entry { info: INFO, tensor_specs, preset, open };
 
 pub const INFO: ArchInfo = ArchInfo {
     name: "glm53",
@@ -46,27 +42,6 @@ pub const INFO: ArchInfo = ArchInfo {
                  drafter resumed at the offset",
     faults: &[Fault::VariableChunks, Fault::NoCanonicalBound, Fault::NoGridQuantize, Fault::DrafterNotResumed],
 };
-
-/// glm53 sizes: one slot (seed 004 caches one conversation), no rings, no audio, a grid and a 1-layer drafter.
-fn preset(c: &mut ModelConfig, p: Preset) {
-    c.window = 0;
-    c.global_every = 0;
-    c.conv_kernel = 0;
-    c.audio_frame_bytes = 0;
-    c.slots = 1;
-    c.draft_layers = 1;
-    c.prompt_rows = match p {
-        Preset::Tiny => 16,
-        Preset::Small => 64,
-        Preset::Bench => 128,
-    };
-    c.prefill_chunk = c.prompt_rows;
-    c.prefix_cache = true;
-}
-
-fn open(config: ModelConfig, weights: &crate::weights::Weights, fault: Option<Fault>) -> Result<Box<dyn Engine>> {
-    Ok(Box::new(BundledEngine::new(Arc::new(Model::load(config, weights)?), fault)))
-}
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
@@ -127,14 +102,19 @@ fn verify(
 }
 
 impl Arch for Model {
+    type Config = Config;
     type Layers = State;
     type Decoding = Decoding;
     const INFO: ArchInfo = INFO;
     /// Reuse never reaches the whole prompt (it is bounded by prompt length - 1): no logits are kept.
     const KEEPS_LOGITS: bool = false;
 
-    fn config(&self) -> &ModelConfig {
-        &self.config
+    fn build(config: Config, src: &mut dyn crate::tensors::Source, hash: String) -> Result<Self> {
+        Model::build(config, src, hash)
+    }
+
+    fn config(&self) -> &BaseConfig {
+        &self.config.base
     }
 
     fn hash(&self) -> &str {
@@ -267,13 +247,18 @@ mod tests {
 
     use crate::engine::{Flow, Observer};
 
+    use crate::config::{ArchConfig, Preset};
+    use crate::engine::Engine;
+    use crate::engine_loop::BundledEngine;
+    use std::sync::Arc;
+
     type Glm53 = BundledEngine<Model>;
 
     fn engine(draft_layers: usize) -> Glm53 {
-        let mut c = ModelConfig::preset("glm53", Preset::Tiny).expect("tiny");
-        c.draft_layers = draft_layers;
-        let w = crate::fixture::generate_weights(&c, 0).expect("fixture");
-        BundledEngine::new(Arc::new(Model::load(c, &w).expect("load")), None)
+        let c = Config { draft_layers, ..Config::preset(Preset::Tiny) };
+        let w = crate::fixture::generate_weights(&c.clone().into(), 0).expect("fixture");
+        let hash = crate::arch::model_hash::model_hash(&c, &w);
+        BundledEngine::new(Arc::new(Model::build(c, &mut crate::tensors::Load(&w), hash).expect("load")), None)
     }
 
     #[derive(Default)]

@@ -3,7 +3,7 @@
 
 use super::drafter::Drafter;
 use super::forward::LayerKv;
-use crate::config::ModelConfig;
+use super::model::Config;
 use crate::dump::DumpTensor;
 use crate::engine_loop::Layers;
 use crate::fault::Fault;
@@ -22,7 +22,7 @@ pub struct State {
 }
 
 impl State {
-    pub fn new(c: &ModelConfig) -> Self {
+    pub fn new(c: &Config) -> Self {
         let capacity = c.initial_capacity;
         let kvd = c.kv_heads * c.head_dim;
         State {

@@ -10,32 +10,17 @@ mod forward;
 mod model;
 mod state;
 
-use std::sync::Arc;
-
-pub use model::{tensor_specs, Model};
+pub use model::{Config, Model};
 use state::State;
 
-use crate::bundled::Entry;
-use crate::engine::{Engine, EngineInfo, Request};
-use crate::engine_loop::{Arch, ArchInfo, AudioRows, BundledEngine, Progress, Segment, Slot, Start};
+use crate::config::BaseConfig;
+use crate::engine::{EngineInfo, Request};
+use crate::engine_loop::{Arch, ArchInfo, AudioRows, Progress, Segment, Slot, Start};
 use crate::error::{EngineError, Result};
 use crate::fault::Fault;
 use crate::prefix::{Decision, NoReuse};
 use crate::tokenizer::AUDIO;
 use forward::Batch;
-
-pub const ENTRY: Entry = Entry { info: INFO, tensor_specs, preset, open };
-
-/// Inkling is the base preset as it is: audio on, window and global layers from the base.
-fn preset(_: &mut crate::config::ModelConfig, _: crate::config::Preset) {}
-
-fn open(
-    config: crate::config::ModelConfig,
-    weights: &crate::weights::Weights,
-    fault: Option<Fault>,
-) -> Result<Box<dyn Engine>> {
-    Ok(Box::new(BundledEngine::new(Arc::new(Model::load(config, weights)?), fault)))
-}
 
 pub const INFO: ArchInfo = ArchInfo {
     name: "inkling",
@@ -56,13 +41,18 @@ pub const INFO: ArchInfo = ArchInfo {
 };
 
 impl Arch for Model {
+    type Config = Config;
     type Layers = State;
     type Decoding = ();
     const INFO: ArchInfo = INFO;
     const REFUSES_OVERFLOW: bool = false;
 
-    fn config(&self) -> &crate::config::ModelConfig {
-        &self.config
+    fn build(config: Config, src: &mut dyn crate::tensors::Source, hash: String) -> Result<Self> {
+        Model::build(config, src, hash)
+    }
+
+    fn config(&self) -> &BaseConfig {
+        &self.config.base
     }
 
     fn hash(&self) -> &str {

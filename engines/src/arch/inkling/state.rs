@@ -1,8 +1,8 @@
 //! The layers of one Inkling slot: per-layer k/v caches (rings on sliding layers, full on global ones) and the
 //! short-convolution windows.
 
+use super::model::Config;
 use crate::cache::{FullCache, RingCache, RowMeta, Rows};
-use crate::config::ModelConfig;
 use crate::dump::{CacheKind, DumpTensor};
 use crate::engine_loop::Layers;
 use crate::fault::Fault;
@@ -67,7 +67,7 @@ pub struct State {
 }
 
 impl State {
-    pub fn new(c: &ModelConfig) -> Self {
+    pub fn new(c: &Config) -> Self {
         let kvd = c.kv_heads * c.head_dim;
         let capacity = c.initial_capacity;
         let kv = (0..c.layers)

@@ -10,22 +10,17 @@ mod forward;
 mod model;
 mod state;
 
-use std::sync::Arc;
-
-pub use model::{tensor_specs, Model};
+pub use model::{Config, Model};
 use state::State;
 
-use crate::bundled::Entry;
-use crate::config::{ModelConfig, Preset};
+use crate::config::BaseConfig;
 use crate::dump::{Writer, WriterKind};
-use crate::engine::{Engine, Request};
-use crate::engine_loop::{Arch, ArchInfo, BundledEngine, Progress, Segment, Slot, Start};
+use crate::engine::Request;
+use crate::engine_loop::{Arch, ArchInfo, Progress, Segment, Slot, Start};
 use crate::error::Result;
 use crate::fault::Fault;
 use crate::prefix::{Decision, NoReuse};
 use forward::Batch;
-
-pub const ENTRY: Entry = Entry { info: INFO, tensor_specs, preset, open };
 
 pub const INFO: ArchInfo = ArchInfo {
     name: "kimi",
@@ -37,30 +32,18 @@ pub const INFO: ArchInfo = ArchInfo {
     faults: &[Fault::KvLeak, Fault::TruncateRecurrent],
 };
 
-/// No audio, no sliding window: KDA + MLA (NoPE) with a latent of half the hidden width, MLA every 4th layer.
-fn preset(c: &mut ModelConfig, _: Preset) {
-    c.audio_frame_bytes = 0;
-    c.window = 0;
-    c.global_every = 0;
-    c.conv_kernel = 4;
-    c.kv_heads = c.heads;
-    c.kv_lora = c.hidden / 2;
-    c.qk_rope = 0;
-    c.mla_every = 4;
-    c.compress_ratio = 0;
-}
-
-fn open(config: ModelConfig, weights: &crate::weights::Weights, fault: Option<Fault>) -> Result<Box<dyn Engine>> {
-    Ok(Box::new(BundledEngine::new(Arc::new(Model::load(config, weights)?), fault)))
-}
-
 impl Arch for Model {
+    type Config = Config;
     type Layers = State;
     type Decoding = ();
     const INFO: ArchInfo = INFO;
 
-    fn config(&self) -> &ModelConfig {
-        &self.config
+    fn build(config: Config, src: &mut dyn crate::tensors::Source, hash: String) -> Result<Self> {
+        Model::build(config, src, hash)
+    }
+
+    fn config(&self) -> &BaseConfig {
+        &self.config.base
     }
 
     fn hash(&self) -> &str {

@@ -4,9 +4,9 @@
 //! Buffers live as long as the slot: a new request resets them in place and capacity growth re-allocates only the
 //! position-addressed latent rows. So the bytes the state holds follow the context length, never the turn count.
 
+use super::model::Config;
 use super::model::{Mixer, Model};
 use crate::cache::{FullCache, RowMeta, Rows};
-use crate::config::ModelConfig;
 use crate::dump::{CacheKind, DumpTensor};
 use crate::engine_loop::Layers;
 use crate::fault::Fault;
@@ -25,7 +25,7 @@ pub struct KdaState {
 }
 
 impl KdaState {
-    fn new(c: &ModelConfig) -> Self {
+    fn new(c: &Config) -> Self {
         let qd = c.heads * c.head_dim;
         let taps = c.conv_kernel.saturating_sub(1);
         KdaState {
