@@ -24,6 +24,7 @@ pub mod prefix;
 pub mod rng;
 pub mod sampler;
 pub mod serve;
+pub mod state_diff;
 pub mod tensors;
 pub mod tokenizer;
 pub mod weights;

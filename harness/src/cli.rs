@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use kvproof::check::CheckName;
 use kvproof::exit;
+use kvproof::record::CheckName;
 use kvproof::report::summary::Summary;
 use kvproof::scenario::{self, CaseName, Kind};
 use kvproof::session::{self, RunOptions};
@@ -192,8 +192,8 @@ pub fn main(cli: Cli) -> Result<i32> {
             Ok(if summary.pass { exit::PASS } else { exit::FAIL })
         }
         Cmd::Diff { a, b, csv, heatmap, json } => {
-            use kvproof::provenance::{diff, render, MappedDump};
-            let d = diff(&MappedDump::open(&a)?, &MappedDump::open(&b)?)?;
+            use kvproof::provenance::{diff_files, render};
+            let d = diff_files(&a, &b)?;
             if let Some(path) = &csv {
                 render::write_csv(&d, path)?;
             }
@@ -203,19 +203,14 @@ pub fn main(cli: Cli) -> Result<i32> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&d)?);
             } else {
-                print!("{}", render::table(&d, "A", "B"));
+                print!("{}", render::table(&d, ("A", &a.display().to_string()), ("B", &b.display().to_string())));
             }
             Ok(if d.identical() { exit::PASS } else { exit::FAIL })
         }
         Cmd::Dump { scenario, case, turn, cold, fault, out } => {
             let scenarios = load(std::slice::from_ref(&scenario))?;
             let s = scenarios.first().context("no scenario")?;
-            let mut written = None;
-            kvproof::investigate::walk(s, &case, fault.map(|f| f.0), turn, |_, t| {
-                written = if cold { t.cold_dump.clone() } else { t.warm_dump.clone() };
-                Ok(())
-            })?;
-            let dump = written.context("the engine gave no dump for that turn (no dump capability, or it failed)")?;
+            let dump = kvproof::investigate::dump_turn(s, &case, fault.map(|f| f.0), turn, cold)?;
             let bytes = kvproof_engines::dump::write_file(&dump, &out)?;
             println!("wrote {} ({bytes} bytes, {} positions)", out.display(), dump.meta.len);
             Ok(exit::PASS)

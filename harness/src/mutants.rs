@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use kvproof_engines::fault::Fault;
 use serde::{Deserialize, Serialize};
 
-use crate::check::CheckName;
+use crate::record::CheckName;
 use crate::scenario::{EngineSpec, Scenario};
 use crate::session::{self, RunOptions, SessionError};
 

@@ -7,8 +7,8 @@ use kvproof_engines::fault::Fault;
 
 use crate::driver::DriverError;
 use crate::progress::Progress;
+use crate::record::TrialRecord;
 use crate::report::manifest::{self, Machine, Manifest, ScenarioEntry};
-use crate::report::results::TrialRecord;
 use crate::report::summary::Summary;
 use crate::report::{self, ReportError, RunWriter};
 use crate::runner;

@@ -5,9 +5,9 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use kvproof::check::{CheckName, Status, Verdict};
+use kvproof::record::TrialRecord;
+use kvproof::record::{CheckName, Status, Verdict};
 use kvproof::report;
-use kvproof::report::results::TrialRecord;
 use kvproof::scenario::{load_paths, EngineSpec, Kind, Params};
 use kvproof::session::{run_scenarios, RunOptions};
 

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use kvproof::provenance::{diff, render, MappedDump, ProvenanceError};
+use kvproof::provenance::{diff_files, render, MappedDump, ProvenanceError};
 use kvproof_engines::bundled::ModelConfig;
 use kvproof_engines::chat::{render as chat, Message, Role};
 use kvproof_engines::config::Preset;
@@ -55,8 +55,8 @@ fn grown_ring(fault: Option<Fault>, dir: &Path) -> (PathBuf, PathBuf) {
 fn clean_engine_gives_identical_states() {
     let dir = tmp("clean");
     let (w, c) = grown_ring(None, &dir);
-    let d = diff(&MappedDump::open(&w).expect("warm"), &MappedDump::open(&c).expect("cold")).expect("diff");
-    assert!(d.identical(), "{}", render::table(&d, "warm", "cold"));
+    let d = diff_files(&w, &c).expect("diff");
+    assert!(d.identical(), "{}", render::table(&d, ("warm", "warm.safetensors"), ("cold", "cold.safetensors")));
     assert!(d.layers.iter().all(|l| l.rows_compared > 0));
     assert_eq!(d.headline("warm", "cold"), "states identical");
     // what the heatmap greys as identical: a ring layer only its window (8 positions, the last ones), a global
@@ -82,8 +82,8 @@ fn clean_engine_gives_identical_states() {
 fn ring_linear_copy_shows_the_rotation_and_the_first_divergent_layer() {
     let dir = tmp("rotated");
     let (w, c) = grown_ring(Some(Fault::RingLinearCopy), &dir);
-    let d = diff(&MappedDump::open(&w).expect("warm"), &MappedDump::open(&c).expect("cold")).expect("diff");
-    let table = render::table(&d, "warm", "cold");
+    let d = diff_files(&w, &c).expect("diff");
+    let table = render::table(&d, ("warm", "warm.safetensors"), ("cold", "cold.safetensors"));
     let ring = d.tensors.iter().find(|t| t.layer == 0 && t.name == "k").expect("layer 0 k");
     assert!(ring.misplaced_a > 0, "the warm ring holds rows where their position does not map:\n{table}");
     assert_eq!(ring.misplaced_b, 0, "the cold ring is laid out by position:\n{table}");
@@ -92,11 +92,11 @@ fn ring_linear_copy_shows_the_rotation_and_the_first_divergent_layer() {
     assert!(table.contains("rotation warm 3"), "{table}");
     // layer 0's new k/v rows come straight from the embeddings, so they agree; its attention read the rotated
     // ring, so every later layer's rows diverge from the first position turn 2 wrote
-    let first = d.first_divergence().expect("states diverge");
-    assert_eq!((first.layer, first.first_divergent_pos), (1, Some(29)), "{table}");
+    let first = d.first.as_ref().expect("states diverge");
+    assert_eq!((first.layer, Some(first.position)), (1, Some(29)), "{table}");
     assert_eq!(
         d.headline("warm", "cold"),
-        "layer 1, pos 29: warm row by prefill (req 2, chunk 0 of 6 rows), cold row by prefill (req 2, chunk 1 of 16 rows)"
+        "layer 1 `k`, pos 29: warm row by prefill (req 2, chunk 0 of 6 rows), cold row by prefill (req 2, chunk 1 of 16 rows)"
     );
     assert!(!d.identical());
     // heatmap in both formats
@@ -135,6 +135,6 @@ fn dumps_of_different_models_are_incomparable_not_a_panic() {
         .expect("gen");
     let o = dir.join("small.safetensors");
     dump::write_file(&other.dump(0).expect("dump"), &o).expect("write");
-    let err = diff(&MappedDump::open(&w).expect("a"), &MappedDump::open(&o).expect("b")).expect_err("incomparable");
+    let err = diff_files(&w, &o).expect_err("incomparable");
     assert!(matches!(err, ProvenanceError::Incomparable(_)), "{err}");
 }

@@ -1,7 +1,7 @@
 //! glm53's invariants broken on purpose: the provenance diff localises the first divergent layer and position and
 //! names the writers — decode vs prefill, and the chunk sizes.
 
-use kvproof::provenance::{diff, MappedDump};
+use kvproof::provenance::diff_files;
 use kvproof_engines::config::Preset;
 use kvproof_engines::dump::{Writer, WriterKind};
 use kvproof_engines::engine::{Engine, NoObserver, Request};
@@ -14,7 +14,7 @@ fn ids(n: usize, salt: u32) -> Vec<u32> {
 
 /// Turn 1 (`first` ids, `replies` tokens) on a warm engine, then `second` on it and on a fresh one; the diff of
 /// their states after turn 2.
-fn turn_two(fault: Fault, first: Vec<u32>, replies: usize, extend: usize) -> kvproof::provenance::DumpDiff {
+fn turn_two(fault: Fault, first: Vec<u32>, replies: usize, extend: usize) -> kvproof_engines::state_diff::StateDiff {
     let mut warm = bundled::open_preset("glm53", Preset::Tiny, 0, Some(fault)).expect("glm53");
     let r1 = warm
         .generate(
@@ -34,7 +34,7 @@ fn turn_two(fault: Fault, first: Vec<u32>, replies: usize, extend: usize) -> kvp
     let (w, c) = (dir.join("warm.safetensors"), dir.join("cold.safetensors"));
     dump::write_file(&warm.dump(0).expect("dump"), &w).expect("write");
     dump::write_file(&cold.dump(0).expect("dump"), &c).expect("write");
-    diff(&MappedDump::open(&w).expect("warm"), &MappedDump::open(&c).expect("cold")).expect("diff")
+    diff_files(&w, &c).expect("diff")
 }
 
 #[test]
@@ -42,8 +42,8 @@ fn no_canonical_bound_names_the_decode_written_row() {
     // prompt 32 + 20 generated: the record reaches 51, the faulty bound reuses 48 — rows 32..48 were written by
     // decode, which a cold prefill of the same prompt writes in grid chunks of 16
     let d = turn_two(Fault::NoCanonicalBound, ids(32, 1), 20, 5);
-    let first = d.first_divergence().expect("states diverge");
-    assert_eq!((first.layer, first.first_divergent_pos), (0, Some(32)), "{}", d.headline("warm", "cold"));
+    let first = d.first.as_ref().expect("states diverge");
+    assert_eq!((first.layer, Some(first.position)), (0, Some(32)), "{}", d.headline("warm", "cold"));
     assert!(matches!(first.writer_a, Some(Writer { request: 1, kind: WriterKind::Decode { step: 0 } })), "{first:?}");
     assert!(
         matches!(first.writer_b, Some(Writer { request: 3, kind: WriterKind::Prefill { chunk: 2, chunk_rows: 16 } })),
@@ -51,7 +51,7 @@ fn no_canonical_bound_names_the_decode_written_row() {
     );
     assert_eq!(
         d.headline("warm", "cold"),
-        "layer 0, pos 32: warm row by decode (req 1, step 0), cold row by prefill (req 3, chunk 2 of 16 rows)"
+        "layer 0 `k`, pos 32: warm row by decode (req 1, step 0), cold row by prefill (req 3, chunk 2 of 16 rows)"
     );
 }
 
@@ -59,7 +59,7 @@ fn no_canonical_bound_names_the_decode_written_row() {
 fn variable_chunks_names_the_differently_sized_chunks() {
     // 40 ids chunked by the length-dependent chunker: 3 chunks of 14; the cold 47-id prompt: chunks of 16
     let d = turn_two(Fault::VariableChunks, ids(40, 2), 1, 6);
-    let first = d.first_divergence().expect("states diverge");
+    let first = d.first.as_ref().expect("states diverge");
     let rows = |w: Option<Writer>| match w {
         Some(Writer { kind: WriterKind::Prefill { chunk_rows, .. }, .. }) => Some(chunk_rows),
         _ => None,
@@ -73,6 +73,6 @@ fn variable_chunks_names_the_differently_sized_chunks() {
 fn drafter_not_resumed_shows_only_in_the_drafter_rows() {
     let d = turn_two(Fault::DrafterNotResumed, ids(40, 2), 6, 6);
     // the drafter's rows are dumped at layer indices past the main model's 8 layers
-    let first = d.first_divergence().expect("drafter rows diverge");
+    let first = d.first.as_ref().expect("drafter rows diverge");
     assert!(first.layer >= 8, "only the drafter's rows may differ: {}", d.headline("warm", "cold"));
 }

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use kvproof::check::{CheckName, Status, Verdict};
+use kvproof::record::{CheckName, Status, Verdict};
 use kvproof::report::{self, results};
 use kvproof::scenario::load_str;
 use kvproof::session::{run_scenarios, RunOptions};

@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use kvproof::check::{CheckName, Status, Verdict};
-use kvproof::report::results::TrialRecord;
+use kvproof::record::TrialRecord;
+use kvproof::record::{CheckName, Status, Verdict};
 use kvproof::scenario::{load_str, CaseName, Params, Scenario};
 use kvproof::session::{run_scenarios, RunOptions};
 

@@ -76,7 +76,13 @@ pub fn plans(p: &BoundaryParams, seed: u64, info: &EngineInfo, caps: &Caps) -> (
             continue;
         }
         let seed = plan_seed(seed, i as u64);
-        plans.push(Plan { name: case.name().to_string(), seed, slot: p.slot, steps: steps(case, p, seed, info) });
+        plans.push(Plan {
+            name: case.name().to_string(),
+            seed,
+            slot: p.slot,
+            steps: steps(case, p, seed, info),
+            stale: None,
+        });
     }
     (plans, skipped)
 }

@@ -36,6 +36,12 @@ pub struct Step {
     pub thread: usize,
     /// Cancel the request at this prefill poll (on warm and cold alike): a deterministic mid-prefill failure.
     pub cancel_at_poll: Option<usize>,
+    /// Generate past eos, so every reply has `max_tokens` tokens (growth curves and staleness compare fixed-length
+    /// replies).
+    pub ignore_eos: bool,
+    /// A thread this step's thread starts as a copy of (its transcript so far), when the step is the thread's
+    /// first: two conversations that share an opening and then part.
+    pub fork_of: Option<usize>,
 }
 
 impl Step {
@@ -49,6 +55,8 @@ impl Step {
             slot: None,
             thread: 0,
             cancel_at_poll: None,
+            ignore_eos: false,
+            fork_of: None,
         }
     }
     pub fn compared(label: impl Into<String>, prompt: PromptSpec, max_tokens: usize) -> Self {
@@ -66,6 +74,14 @@ impl Step {
     pub fn cancelled_at(self, poll: usize) -> Self {
         Step { cancel_at_poll: Some(poll), expect_refusal: Some("CANCELLED"), ..self }
     }
+    /// Belong to conversation `thread`, which starts as a copy of conversation `of`.
+    pub fn forked(self, thread: usize, of: usize) -> Self {
+        Step { thread, fork_of: Some(of), ..self }
+    }
+    /// Generate past eos: a reply of exactly `max_tokens` tokens.
+    pub fn fixed_length(self) -> Self {
+        Step { ignore_eos: true, ..self }
+    }
     /// The slot the turn runs on in `plan`.
     pub fn slot_in(&self, plan: &Plan) -> usize {
         self.slot.unwrap_or(plan.slot)
@@ -81,6 +97,16 @@ pub struct Plan {
     pub seed: u64,
     pub slot: usize,
     pub steps: Vec<Step>,
+    /// semantic-staleness: the stale context this plan puts in the warm instance's way.
+    pub stale: Option<StaleProbe>,
+}
+
+/// The stale context of a semantic-staleness plan: what kind, and the set-up step whose request and reply are
+/// that context (the hypotheses are built from what it fed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StaleProbe {
+    pub context: crate::scenario::ContextName,
+    pub step: usize,
 }
 
 impl Plan {

@@ -57,7 +57,7 @@ pub fn plans(p: &StressParams, seed: u64, info: &EngineInfo, caps: &Caps) -> Vec
                 }
             })
             .collect();
-        plans.push(Plan { name: format!("conv-{index:04}"), seed, slot: p.slot, steps });
+        plans.push(Plan { name: format!("conv-{index:04}"), seed, slot: p.slot, steps, stale: None });
         left -= turns - 1;
         index += 1;
     }

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{CheckName, CheckResult};
+use crate::record::{CheckName, CheckResult};
 
 /// One instance's state size after a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,8 +98,8 @@ impl MemoryBook {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Status;
     use super::*;
+    use crate::record::Status;
 
     fn fp(capacity: usize, bytes: usize) -> Result<Footprint, String> {
         Ok(Footprint { capacity, bytes })

@@ -1,148 +1,22 @@
-//! The comparisons run on every compared turn. Each yields a `CheckResult`: passed, failed (with what differed),
-//! or skipped (with why it could not be performed — never counted as passed).
+//! Every judgement kvproof makes. Each check yields a `CheckResult` (a record): passed, failed (with what
+//! differed), or skipped (with why it could not be performed — never counted as passed).
 //!
-//! `tokens`: warm vs cold token identity, the cold-vs-cold control, the first divergence and its top-2 gap.
-//! `reuse`: the reported reuse against the oracle, and that reuse fired where it must.
-//! `state`: the state dumps row by row, the record, and the layout of every cache (coverage, ring placement).
-//! `memory`: the state's bytes follow its capacity, not the turn count.
+//! `turn`: all checks of one compared turn, composed. `tokens`: warm vs cold token identity, the cold-vs-cold
+//! control, the first divergence and its top-2 gap. `reuse`: the reported reuse against the oracle, and that reuse
+//! fired where it must. `state`: the state dumps row by row, the record, and the layout of every cache (coverage,
+//! ring placement). `memory`: the state's bytes follow its capacity, not the turn count. `growth`: a growth
+//! curve's slopes, ratios and speedup against its assertions. `staleness`: a warm reply classified fresh,
+//! stale(X) or corrupt.
 
+pub mod growth;
 pub mod memory;
 pub mod reuse;
+pub mod staleness;
 pub mod state;
 pub mod tokens;
+pub mod turn;
 
-use serde::{Deserialize, Serialize};
-
-/// Every check by name; the mutants table and the reports key on these.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum CheckName {
-    /// Warm and cold ended the same way (both replied, or both refused with the same code), as expected.
-    Outcome,
-    /// Warm and cold emitted the same tokens.
-    Tokens,
-    /// Two cold instances emitted the same tokens (otherwise the trial is noise, not a reuse bug).
-    Control,
-    /// The reported reuse equals the expected count; cold instances reuse nothing.
-    Reuse,
-    /// Reuse is non-zero where it must fire.
-    ReuseFired,
-    /// The record holds exactly the ids fed (and is tainted exactly when it must be).
-    Record,
-    /// The state after the turn, warm vs cold, row by row by absolute position.
-    State,
-    /// Every position the state and record claim has its row, at the place the cache kind puts it.
-    Coverage,
-    /// The state's bytes follow its capacity, not the turn count (no buffers leaked per turn).
-    Memory,
-    /// The scenario's failure-rate bound (a scenario-level check).
-    Rate,
-}
-
-impl CheckName {
-    pub const ALL: [CheckName; 10] = [
-        CheckName::Outcome,
-        CheckName::Tokens,
-        CheckName::Control,
-        CheckName::Reuse,
-        CheckName::ReuseFired,
-        CheckName::Record,
-        CheckName::State,
-        CheckName::Coverage,
-        CheckName::Memory,
-        CheckName::Rate,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            CheckName::Outcome => "outcome",
-            CheckName::Tokens => "tokens",
-            CheckName::Control => "control",
-            CheckName::Reuse => "reuse",
-            CheckName::ReuseFired => "reuse-fired",
-            CheckName::Record => "record",
-            CheckName::State => "state",
-            CheckName::Coverage => "coverage",
-            CheckName::Memory => "memory",
-            CheckName::Rate => "rate",
-        }
-    }
-
-    /// Failures of these do not depend on sampling: a noisy control cannot excuse them.
-    pub fn is_deterministic(self) -> bool {
-        matches!(
-            self,
-            CheckName::Reuse | CheckName::ReuseFired | CheckName::Record | CheckName::Coverage | CheckName::Memory
-        )
-    }
-}
-
-impl std::fmt::Display for CheckName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    Pass,
-    Fail,
-    Skipped,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CheckResult {
-    pub check: CheckName,
-    pub status: Status,
-    /// What was compared, what differed, or why the check was skipped.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub detail: String,
-}
-
-impl CheckResult {
-    pub fn pass(check: CheckName, detail: impl Into<String>) -> Self {
-        CheckResult { check, status: Status::Pass, detail: detail.into() }
-    }
-    pub fn fail(check: CheckName, detail: impl Into<String>) -> Self {
-        CheckResult { check, status: Status::Fail, detail: detail.into() }
-    }
-    pub fn skipped(check: CheckName, why: impl Into<String>) -> Self {
-        CheckResult { check, status: Status::Skipped, detail: why.into() }
-    }
-    /// Pass when `ok`, else fail with the same detail.
-    pub fn from_bool(check: CheckName, ok: bool, detail: impl Into<String>) -> Self {
-        if ok {
-            Self::pass(check, detail)
-        } else {
-            Self::fail(check, detail)
-        }
-    }
-}
-
-/// A trial's verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Verdict {
-    Pass,
-    Fail,
-    /// The cold-vs-cold control disagreed: the engine is not deterministic here, so a token or state difference
-    /// says nothing about reuse.
-    Inconclusive,
-    /// The engine died, hung, or could not be started.
-    Error,
-}
-
-impl Verdict {
-    pub fn name(self) -> &'static str {
-        match self {
-            Verdict::Pass => "pass",
-            Verdict::Fail => "fail",
-            Verdict::Inconclusive => "inconclusive",
-            Verdict::Error => "error",
-        }
-    }
-}
+use crate::record::{CheckName, CheckResult, Status, Verdict};
 
 /// The verdict the checks add up to (a trial with an engine error is `Error` before any check runs).
 pub fn verdict(checks: &[CheckResult]) -> Verdict {
@@ -179,13 +53,5 @@ mod tests {
     fn skipped_is_not_failed_and_not_enough_to_fail() {
         let checks = [CheckResult::pass(CheckName::Tokens, ""), CheckResult::skipped(CheckName::State, "no dumps")];
         assert_eq!(verdict(&checks), Verdict::Pass);
-    }
-
-    #[test]
-    fn names_round_trip_through_json() {
-        for c in CheckName::ALL {
-            let json = serde_json::to_string(&c).expect("json");
-            assert_eq!(json, format!("\"{}\"", c.name()));
-        }
     }
 }

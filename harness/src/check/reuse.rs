@@ -1,8 +1,8 @@
 //! The reuse count: what the warm engine reported against what the oracle says a correct engine takes, and
 //! that reuse fired where it must (an optimisation that silently never engages passes every identity test).
 
-use super::{CheckName, CheckResult};
 use crate::driver::Generation;
+use crate::record::{CheckName, CheckResult};
 
 /// `expected`: the oracle's count, or why there is none (unknown arch, driver without reuse counts).
 pub fn check(expected: Result<usize, String>, warm: &Generation, colds: &[&Generation]) -> Vec<CheckResult> {
@@ -48,8 +48,8 @@ pub fn check(expected: Result<usize, String>, warm: &Generation, colds: &[&Gener
 
 #[cfg(test)]
 mod tests {
-    use super::super::Status;
     use super::*;
+    use crate::record::Status;
     use kvproof_engines::engine::StopReason;
     use std::time::Duration;
 

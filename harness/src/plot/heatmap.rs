@@ -6,7 +6,7 @@ use plotters::prelude::*;
 
 use super::lines::integer_tick_label;
 use super::{init_font, PlotError, FAMILY};
-use crate::provenance::DumpDiff;
+use kvproof_engines::state_diff::StateDiff;
 
 /// Colour for log10|diff| in [lo, hi]: pale yellow (tiny) to dark red (large).
 fn colour(v: f64, lo: f64, hi: f64) -> RGBColor {
@@ -17,7 +17,7 @@ fn colour(v: f64, lo: f64, hi: f64) -> RGBColor {
 
 fn render<DB: DrawingBackend>(
     root: DrawingArea<DB, plotters::coord::Shift>,
-    d: &DumpDiff,
+    d: &StateDiff,
     path: &Path,
     title: &str,
     size: (u32, u32),
@@ -27,7 +27,8 @@ fn render<DB: DrawingBackend>(
     let positions = d.covered.max(1);
     let e = |x: &dyn std::fmt::Display| PlotError::new(path, x);
     root.fill(&WHITE).map_err(|x| e(&x))?;
-    let (main, legend) = root.split_horizontally(size.0 - 170);
+    let (upper, footer) = root.split_vertically(size.1 - 28);
+    let (main, legend) = upper.split_horizontally(size.0 - 170);
     // Layer L spans [L - 0.5, L + 0.5], so its label sits at the middle of its band.
     let band = |l: usize| (l as f64 - 0.5, l as f64 + 0.5);
     let mut chart = ChartBuilder::on(&main)
@@ -62,6 +63,15 @@ fn render<DB: DrawingBackend>(
         })
     });
     chart.draw_series(cells).map_err(|x| e(&x))?;
+    // The first divergent row (lowest position, then layer), ringed, and named under the chart: the same row
+    // summary.md and diff.txt name.
+    if let Some(f) = &d.first {
+        let (y0, y1) = band(f.layer);
+        let ring = Rectangle::new([(f.position, y0), (f.position + 1, y1)], BLACK.stroke_width(2));
+        chart.draw_series(std::iter::once(ring)).map_err(|x| e(&x))?;
+        let line = format!("first divergent row: {}", f.describe("warm", "cold"));
+        footer.draw(&Text::new(line, (12, 6), (FAMILY, 13))).map_err(|x| e(&x))?;
+    }
     // colour bar
     let steps = 20;
     for i in 0..steps {
@@ -82,7 +92,7 @@ fn render<DB: DrawingBackend>(
 }
 
 /// Draw `d` to `path` (SVG; with a `.png` extension, a PNG).
-pub fn draw(d: &DumpDiff, path: &Path, title: &str) -> Result<(), PlotError> {
+pub fn draw(d: &StateDiff, path: &Path, title: &str) -> Result<(), PlotError> {
     init_font();
     let layers = d.layers.len().max(1);
     let logs: Vec<f64> =
@@ -90,7 +100,7 @@ pub fn draw(d: &DumpDiff, path: &Path, title: &str) -> Result<(), PlotError> {
     let lo = logs.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = logs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let (lo, hi) = if logs.is_empty() { (-12.0, 0.0) } else { (lo, hi) };
-    let size = (960, 160 + 28 * layers as u32);
+    let size = (960, 184 + 28 * layers as u32);
     if path.extension().is_some_and(|x| x == "png") {
         render(BitMapBackend::new(path, size).into_drawing_area(), d, path, title, size, (lo, hi))
     } else {

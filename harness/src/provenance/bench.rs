@@ -7,7 +7,9 @@ use std::time::Instant;
 use kvproof_engines::dump::{CacheKind, DumpMeta, DumpTensor, RecordDump, StateDump, Writer, WriterKind};
 use rayon::prelude::*;
 
-use super::{diff, MappedDump, ProvenanceError};
+use kvproof_engines::state_diff;
+
+use super::{MappedDump, ProvenanceError};
 
 /// A synthetic dump of `layers` full layers with `rows` rows of `width` floats for k and v; `perturb` changes
 /// one value in every 1000th row of the upper half of the layers (so the diff has work to report).
@@ -73,7 +75,7 @@ pub fn run(dir: &Path, total_bytes: u64) -> Result<String, ProvenanceError> {
     let warm: u64 = a.raw().par_chunks(1 << 20).chain(b.raw().par_chunks(1 << 20)).map(|c| c[0] as u64).sum();
 
     let t = Instant::now();
-    let d = diff(&a, &b)?;
+    let d = state_diff::compare(&a, &b)?;
     let diff_s = t.elapsed().as_secs_f64();
 
     let t = Instant::now();

@@ -1,26 +1,21 @@
-//! Provenance for a failing comparison: both dumps, the row-by-row diff (table, CSV, JSON) and the heatmap,
-//! saved under reports/<run>/provenance/<case>/ so the first divergent layer, position and writers can be read
-//! without rerunning anything.
+//! Provenance for a failing comparison: both dumps and their row-by-row diff (table, CSV, and the diff itself as
+//! JSON, which the heatmap is drawn from), saved under reports/<run>/provenance/<case>/ so the first divergent
+//! layer, position and writers can be read without rerunning anything. The diff is the one the state check
+//! computed; nothing is compared twice.
 
 use std::path::Path;
 
 use kvproof_engines::dump::StateDump;
-use serde::{Deserialize, Serialize};
+use kvproof_engines::state_diff::StateDiff;
 
-use super::{diff, render, MappedDump, ProvenanceError};
+use super::{render, ProvenanceError};
+use crate::record::ProvenanceRef;
 
-/// What a run keeps about a captured case (carried in results.jsonl, so reports rebuild from artifacts alone).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProvenanceRef {
-    /// The case folder, relative to the run folder.
-    pub dir: String,
-    /// "layer 3, pos 8: warm row by decode (req 2, step 3), cold row by prefill (req 3, chunk 0 of 16 rows)"
-    pub headline: String,
-}
+/// Files a capture writes, relative to its folder (the report draws `heatmap.svg` beside them from diff.json).
+pub const FILES: [&str; 5] = ["warm.safetensors", "cold.safetensors", "diff.txt", "diff.csv", "diff.json"];
 
-/// Files a capture writes, relative to its folder.
-pub const FILES: [&str; 6] =
-    ["warm.safetensors", "cold.safetensors", "diff.txt", "diff.csv", "diff.json", "heatmap.svg"];
+/// The diff file the heatmap is drawn from.
+pub const DIFF_JSON: &str = FILES[4];
 
 /// A folder name from a case's name: letters, digits, '-' and '_' kept, everything else '-'.
 pub fn case_dir(parts: &[&str]) -> String {
@@ -41,6 +36,7 @@ pub fn capture(
     case: &str,
     warm: &StateDump,
     cold: &StateDump,
+    diff: &StateDiff,
 ) -> Result<ProvenanceRef, ProvenanceError> {
     let rel = format!("provenance/{case}");
     let dir = run_dir.join(&rel);
@@ -48,18 +44,15 @@ pub fn capture(
     let write = |name: &str, d: &StateDump| {
         let path = dir.join(name);
         kvproof_engines::dump::write_file(d, &path)
-            .map_err(|e| ProvenanceError::Write { path: path.clone(), message: e.to_string() })
-            .map(|_| path)
+            .map(|_| ())
+            .map_err(|e| ProvenanceError::Write { path, message: e.to_string() })
     };
-    let (wp, cp) = (write(FILES[0], warm)?, write(FILES[1], cold)?);
-    let d = diff(&MappedDump::open(&wp)?, &MappedDump::open(&cp)?)?;
-    let table = render::table(&d, "warm", "cold");
-    let txt = dir.join(FILES[2]);
-    std::fs::write(&txt, &table).map_err(|source| ProvenanceError::Io { path: txt, source })?;
-    render::write_csv(&d, &dir.join(FILES[3]))?;
-    render::write_json(&d, &dir.join(FILES[4]))?;
-    let heat = dir.join(FILES[5]);
-    crate::plot::heatmap::draw(&d, &heat, &format!("warm vs cold state, {case}: log10 max |diff| per row"))
-        .map_err(|e| ProvenanceError::Write { path: heat.clone(), message: e.to_string() })?;
-    Ok(ProvenanceRef { dir: rel, headline: d.headline("warm", "cold") })
+    write(FILES[0], warm)?;
+    write(FILES[1], cold)?;
+    render::write_all(
+        diff,
+        &dir,
+        (&dir.join(FILES[0]).display().to_string(), &dir.join(FILES[1]).display().to_string()),
+    )?;
+    Ok(ProvenanceRef { dir: rel, headline: diff.headline("warm", "cold") })
 }

@@ -4,8 +4,11 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use kvproof_engines::dump::Writer;
+use std::borrow::Cow;
+
+use kvproof_engines::dump::{DumpMeta, Writer};
 use kvproof_engines::dump_file::{decode_writer, read_header, FileHeader, TensorEntry};
+use kvproof_engines::state_diff::{DumpSource, RowData, TensorRows};
 use safetensors::tensor::Dtype;
 use safetensors::SafeTensors;
 
@@ -123,5 +126,39 @@ impl MappedDump {
 
     pub fn record_ids(&self) -> Vec<i64> {
         self.i64s("record.ids")
+    }
+}
+
+impl DumpSource for MappedDump {
+    fn meta(&self) -> &DumpMeta {
+        &self.header.meta
+    }
+
+    fn record_ids(&self) -> Cow<'_, [u32]> {
+        // ids past u32 cannot have been fed; they compare as unequal to anything a real record holds
+        Cow::Owned(self.record_ids().into_iter().map(|v| u32::try_from(v).unwrap_or(u32::MAX)).collect())
+    }
+
+    fn record_tainted(&self) -> bool {
+        self.header.record_tainted
+    }
+
+    fn tensor_count(&self) -> usize {
+        self.header.tensors.len()
+    }
+
+    fn tensor(&self, i: usize) -> Result<TensorRows<'_>, String> {
+        let e = self.header.tensors.get(i).ok_or_else(|| format!("{}: no tensor {i}", self.path.display()))?;
+        let writers = self.writers(e).map_err(|err| err.to_string())?;
+        let data = if e.rows == 0 { &[][..] } else { self.bytes(&e.key("rows")) };
+        Ok(TensorRows {
+            layer: e.layer,
+            name: &e.name,
+            kind: e.kind,
+            width: e.width,
+            positions: Cow::Owned(self.positions(e)),
+            writers: Cow::Owned(writers),
+            data: RowData::Le(data),
+        })
     }
 }

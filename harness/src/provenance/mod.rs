@@ -1,15 +1,16 @@
-//! KV provenance: reading state dumps through a memory map, diffing them row by row (rows matched by the absolute
-//! position they hold, never by slot index), and saying which layer, which position and which writer diverged.
+//! KV provenance: state dumps read through a memory map (`mapped`), compared by the one row matcher
+//! (`kvproof_engines::state_diff`: rows matched by the absolute position they hold, never by slot index), the diff
+//! rendered as a table, CSV and JSON (`render`), a failing comparison's dumps and diff kept in a run folder
+//! (`capture`), and the diff's throughput against a plain byte comparison (`bench`).
 
 pub mod bench;
 pub mod capture;
-pub mod diff;
 pub mod mapped;
 pub mod render;
 
-pub use capture::ProvenanceRef;
-pub use diff::{diff, DumpDiff, LayerDiff, TensorDiff};
 pub use mapped::MappedDump;
+
+use kvproof_engines::state_diff::{self, Incomparable, StateDiff};
 
 use std::path::PathBuf;
 
@@ -24,4 +25,16 @@ pub enum ProvenanceError {
     Incomparable(String),
     #[error("{path}: {message}")]
     Write { path: PathBuf, message: String },
+}
+
+impl From<Incomparable> for ProvenanceError {
+    fn from(e: Incomparable) -> Self {
+        ProvenanceError::Incomparable(e.to_string())
+    }
+}
+
+/// Diff two dump files.
+pub fn diff_files(a: &std::path::Path, b: &std::path::Path) -> Result<StateDiff, ProvenanceError> {
+    let (a, b) = (MappedDump::open(a)?, MappedDump::open(b)?);
+    Ok(state_diff::compare(&a, &b)?)
 }

@@ -7,10 +7,10 @@ use std::path::Path;
 
 use super::manifest::Manifest;
 use super::plots::Plot;
-use super::results::TrialRecord;
 use super::summary::{ScenarioSummary, Summary};
 use super::ReportError;
-use crate::check::{Status, Verdict};
+use crate::record::TrialRecord;
+use crate::record::{Status, Verdict};
 use crate::stats;
 
 pub const INDEX: &str = "index.html";

@@ -3,9 +3,9 @@
 
 use std::fmt::Write as _;
 
-use super::results::TrialRecord;
 use super::summary::Summary;
-use crate::check::{Status, Verdict};
+use crate::record::TrialRecord;
+use crate::record::{Status, Verdict};
 use crate::stats;
 
 /// XML-escape text and attribute values; drops characters XML 1.0 cannot carry.
@@ -42,8 +42,8 @@ pub fn render(summary: &Summary, trials: &[TrialRecord]) -> String {
         .iter()
         .map(|s| {
             s.failed
-                + usize::from(s.checks.get(&crate::check::CheckName::Rate).is_some_and(|c| c.fail > 0))
-                + usize::from(super::growth::failed(s.growth.as_ref()))
+                + usize::from(s.checks.get(&crate::record::CheckName::Rate).is_some_and(|c| c.fail > 0))
+                + usize::from(crate::check::growth::failed(s.growth.as_ref()))
         })
         .sum();
     let errors: usize = summary.scenarios.iter().map(|s| s.errors).sum();
@@ -55,14 +55,14 @@ pub fn render(summary: &Summary, trials: &[TrialRecord]) -> String {
     for s in &summary.scenarios {
         let mine: Vec<&TrialRecord> = trials.iter().filter(|t| t.scenario == s.name).collect();
         let rate_case = s.max_failure_rate.is_some();
-        let rate_failed = s.checks.get(&crate::check::CheckName::Rate).is_some_and(|c| c.fail > 0);
+        let rate_failed = s.checks.get(&crate::record::CheckName::Rate).is_some_and(|c| c.fail > 0);
         let skipped = s.inconclusive + s.skipped_cases.len();
         let _ = writeln!(
             x,
             "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{skipped}\">",
             escape(&s.name),
             mine.len() + usize::from(rate_case) + s.skipped_cases.len() + usize::from(s.growth.is_some()),
-            s.failed + usize::from(rate_failed) + usize::from(super::growth::failed(s.growth.as_ref())),
+            s.failed + usize::from(rate_failed) + usize::from(crate::check::growth::failed(s.growth.as_ref())),
             s.errors
         );
         for t in &mine {

@@ -1,6 +1,7 @@
 //! The artifacts of a run under `reports/<run>/`: `run.json` (manifest), `results.jsonl` (one line per trial,
-//! flushed as each completes), `turns.csv` (one row per request), `summary.md` and `junit.xml` (both rebuilt
-//! from the first three by `kvproof report DIR`, never by rerunning engines).
+//! flushed as each completes), `turns.csv` (one row per request) and the provenance of failing comparisons, all
+//! streamed from the records by `RunWriter`; then `summary.md`, `junit.xml`, the CSVs, plots and `index.html`,
+//! derived from the records alone (`kvproof report DIR` rebuilds them, never by rerunning engines).
 
 pub mod growth;
 pub mod index_html;
@@ -10,18 +11,18 @@ pub mod plots;
 pub mod results;
 pub mod staleness;
 pub mod summary;
-pub mod turns;
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::runner::Sink;
+use kvproof_engines::dump::StateDump;
+use kvproof_engines::state_diff::StateDiff;
+
+use crate::record::{ProvenanceRef, Sink, TrialRecord, TurnRow};
 use manifest::Manifest;
-use results::TrialRecord;
 use summary::Summary;
-use turns::TurnRow;
 
 pub const RUN_JSON: &str = "run.json";
 pub const RESULTS: &str = "results.jsonl";
@@ -150,16 +151,11 @@ impl Sink for RunWriter {
         }
     }
 
-    fn provenance(
-        &self,
-        case: &str,
-        warm: &kvproof_engines::dump::StateDump,
-        cold: &kvproof_engines::dump::StateDump,
-    ) -> Option<crate::provenance::ProvenanceRef> {
+    fn provenance(&self, case: &str, warm: &StateDump, cold: &StateDump, diff: &StateDiff) -> Option<ProvenanceRef> {
         if self.captures.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= MAX_CAPTURES {
             return None;
         }
-        match crate::provenance::capture::capture(&self.dir, case, warm, cold) {
+        match crate::provenance::capture::capture(&self.dir, case, warm, cold, diff) {
             Ok(p) => Some(p),
             Err(e) => {
                 self.keep(ReportError::Invalid {

@@ -6,14 +6,15 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::growth::{turns_of, GrowthTurn};
-use super::results::TrialRecord;
 use super::summary::Summary;
 use super::ReportError;
+use crate::check::growth::turns_of;
 use crate::plot::bounds::{self, BoundBar};
 use crate::plot::lines::{self, LineChart, Series};
 use crate::plot::PlotError;
-use crate::provenance::{self, MappedDump};
+use crate::provenance;
+use crate::record::GrowthTurn;
+use crate::record::TrialRecord;
 
 pub const PLOTS_DIR: &str = "plots";
 
@@ -196,16 +197,12 @@ pub fn draw_run(dir: &Path, summary: &Summary, trials: &[TrialRecord]) -> Result
         .take(MAX_HEATMAPS)
         .enumerate()
     {
-        let src = dir.join(&rdir);
-        let (w, c) = (src.join("warm.safetensors"), src.join("cold.safetensors"));
-        if !(w.is_file() && c.is_file()) {
+        let src = dir.join(&rdir).join(provenance::capture::DIFF_JSON);
+        if !src.is_file() {
             continue;
         }
-        let d = match (MappedDump::open(&w), MappedDump::open(&c)) {
-            (Ok(a), Ok(b)) => provenance::diff(&a, &b),
-            (Err(e), _) | (_, Err(e)) => Err(e),
-        }
-        .map_err(|e| ReportError::Invalid { path: src.clone(), message: e.to_string() })?;
+        let d = provenance::render::read_json(&src)
+            .map_err(|e| ReportError::Invalid { path: src.clone(), message: e.to_string() })?;
         let case_dir = rdir.strip_prefix("provenance/").unwrap_or(&rdir);
         let name = format!("heatmap-{:02}-{}", i + 1, stem(case_dir));
         let title = format!("warm vs cold state, {case}: log10 max |diff| per row");

@@ -9,134 +9,13 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::results::TrialRecord;
 use super::ReportError;
-use crate::check::Verdict;
+use crate::record::TrialRecord;
+use crate::record::{Class, Shape, StaleOutcome, Verdict};
+use crate::scenario::ContextName;
 use crate::stats::{self, Bound};
 
 pub const STALENESS_CSV: &str = "staleness.csv";
-
-/// The stale contexts a case can hold next to its current prompt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ContextName {
-    /// The slot's previous request: the same conversation with a different last user message (an edited and
-    /// re-sent question).
-    PreviousTurn,
-    /// The slot last served another conversation with the same opening (another user of a shared server).
-    OtherConversation,
-    /// Another slot holds a conversation with the same opening (slots must never mix).
-    OtherSlot,
-}
-
-impl ContextName {
-    pub const ALL: [ContextName; 3] =
-        [ContextName::PreviousTurn, ContextName::OtherConversation, ContextName::OtherSlot];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ContextName::PreviousTurn => "previous-turn",
-            ContextName::OtherConversation => "other-conversation",
-            ContextName::OtherSlot => "other-slot",
-        }
-    }
-}
-
-impl std::fmt::Display for ContextName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// What a warm reply was classified as.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Class {
-    Fresh,
-    Stale,
-    Corrupt,
-    /// Two cold runs of the current prompt disagree: nothing can be classified.
-    Inconclusive,
-}
-
-impl Class {
-    pub fn name(self) -> &'static str {
-        match self {
-            Class::Fresh => "fresh",
-            Class::Stale => "stale",
-            Class::Corrupt => "corrupt",
-            Class::Inconclusive => "inconclusive",
-        }
-    }
-}
-
-/// Whether the current prompt is longer than what the stale context fed (a longer prompt overwrites every stale
-/// position; a shorter one leaves stale positions past its end).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Shape {
-    CurrentLonger,
-    CurrentShorter,
-}
-
-/// One reply a stale context would produce.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Hypothesis {
-    /// "answer" (the stale context's own reply) or "state@N" (a cold run of its first N fed ids, then the
-    /// current prompt from N on).
-    pub label: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub splice_at: Option<usize>,
-    pub reply: Vec<u32>,
-    /// The hypothesis predicts the fresh reply: this case cannot tell it from fresh.
-    pub equals_fresh: bool,
-}
-
-/// The classification of one case.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StaleOutcome {
-    pub context: ContextName,
-    pub shape: Shape,
-    pub class: Class,
-    /// The hypothesis the warm reply matched, when stale.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub matched: Option<String>,
-    pub hypotheses: Vec<Hypothesis>,
-}
-
-impl StaleOutcome {
-    /// Some hypothesis predicts a reply other than the fresh one: a stale reuse would have been visible.
-    pub fn distinguishable(&self) -> bool {
-        self.hypotheses.iter().any(|h| !h.equals_fresh)
-    }
-
-    /// "fresh", "stale(previous-turn)", "corrupt".
-    pub fn label(&self) -> String {
-        match self.class {
-            Class::Stale => format!("stale({})", self.context),
-            c => c.name().to_string(),
-        }
-    }
-}
-
-/// Classify a warm reply. `control` is a second cold run of the current prompt (when the scenario runs one).
-pub fn classify(
-    warm: &[u32],
-    fresh: &[u32],
-    control: Option<&[u32]>,
-    hypotheses: &[Hypothesis],
-) -> (Class, Option<String>) {
-    if control.is_some_and(|c| c != fresh) {
-        return (Class::Inconclusive, None);
-    }
-    if warm == fresh {
-        return (Class::Fresh, None);
-    }
-    match hypotheses.iter().find(|h| h.reply == warm) {
-        Some(h) => (Class::Stale, Some(h.label.clone())),
-        None => (Class::Corrupt, None),
-    }
-}
 
 /// Counts of one context (or of all of them), with one-sided upper bounds over the conclusive cases.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -335,49 +214,4 @@ pub fn write_csv(dir: &Path, trials: &[TrialRecord]) -> Result<bool, ReportError
     }
     w.flush().map_err(|source| ReportError::Io { path: path.clone(), source })?;
     Ok(true)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn hyp(label: &str, reply: &[u32], fresh: &[u32]) -> Hypothesis {
-        Hypothesis { label: label.into(), splice_at: None, reply: reply.to_vec(), equals_fresh: reply == fresh }
-    }
-
-    #[test]
-    fn classification_prefers_fresh_then_a_named_stale_context() {
-        let fresh = [1, 2, 3];
-        let hs = [hyp("answer", &[7, 7, 7], &fresh), hyp("state@40", &[1, 2, 9], &fresh)];
-        assert_eq!(classify(&[1, 2, 3], &fresh, Some(&fresh), &hs), (Class::Fresh, None));
-        assert_eq!(classify(&[1, 2, 9], &fresh, Some(&fresh), &hs), (Class::Stale, Some("state@40".into())));
-        assert_eq!(classify(&[7, 7, 7], &fresh, None, &hs), (Class::Stale, Some("answer".into())));
-        assert_eq!(classify(&[5, 5, 5], &fresh, None, &hs), (Class::Corrupt, None));
-        // a disagreeing control makes nothing classifiable, not even a match
-        assert_eq!(classify(&[1, 2, 9], &fresh, Some(&[1, 2, 4]), &hs), (Class::Inconclusive, None));
-    }
-
-    #[test]
-    fn a_case_whose_hypotheses_all_predict_fresh_has_no_power() {
-        let fresh = [1, 2];
-        let o = StaleOutcome {
-            context: ContextName::PreviousTurn,
-            shape: Shape::CurrentLonger,
-            class: Class::Fresh,
-            matched: None,
-            hypotheses: vec![hyp("answer", &fresh, &fresh)],
-        };
-        assert!(!o.distinguishable());
-        assert_eq!(o.label(), "fresh");
-        let o = StaleOutcome { class: Class::Stale, hypotheses: vec![hyp("answer", &[3], &fresh)], ..o };
-        assert!(o.distinguishable());
-        assert_eq!(o.label(), "stale(previous-turn)");
-    }
-
-    #[test]
-    fn context_names_round_trip() {
-        for c in ContextName::ALL {
-            assert_eq!(serde_json::to_string(&c).expect("json"), format!("\"{}\"", c.name()));
-        }
-    }
 }

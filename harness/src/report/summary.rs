@@ -7,8 +7,9 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use super::manifest::{Manifest, ScenarioEntry};
-use super::results::TrialRecord;
-use crate::check::{CheckName, Status, Verdict};
+use crate::record::TrialRecord;
+use crate::id_diff::IdDiff;
+use crate::record::{printable, CheckName, Status, Verdict};
 use crate::stats::{self, Bound};
 
 /// Pass / fail / skipped counts of one check.
@@ -55,7 +56,7 @@ pub struct ScenarioSummary {
     pub caught_by: BTreeSet<CheckName>,
     /// growth-curve: slopes, ratios, speedup against the ideal, and the growth assertions that failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub growth: Option<super::growth::GrowthStats>,
+    pub growth: Option<crate::check::growth::GrowthStats>,
     /// semantic-staleness: fresh / stale / corrupt counts per context, with bounds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub staleness: Option<super::staleness::StalenessStats>,
@@ -163,7 +164,7 @@ fn summarize_scenario(entry: &ScenarioEntry, trials: &[&TrialRecord]) -> Scenari
         }
     }
     let (growth, growth_reasons) = match entry.kind {
-        crate::scenario::Kind::GrowthCurve => super::growth::assess(trials, &entry.assertions),
+        crate::scenario::Kind::GrowthCurve => crate::check::growth::assess(trials, &entry.assertions),
         _ => (None, Vec::new()),
     };
     reasons.extend(growth_reasons);
@@ -297,10 +298,14 @@ pub fn render(summary: &Summary, trials: &[TrialRecord]) -> String {
             for c in t.checks.iter().filter(|c| c.status == Status::Fail) {
                 let _ = writeln!(md, "- `{}`: {}", c.check, c.detail);
             }
+            if t.warm_reply != t.cold_reply && !(t.warm_reply.is_empty() && t.cold_reply.is_empty()) {
+                let diff = IdDiff::new(&t.warm_reply, &t.cold_reply).grouped(3, printable);
+                let _ = writeln!(md, "- warm vs cold tokens (`-` warm only, `+` cold only):\n\n```diff\n{diff}```");
+            }
             if let Some(p) = &t.provenance {
                 let _ = writeln!(
                     md,
-                    "- first divergent layer: {} — `{}/` (dumps, diff.txt, heatmap.svg)",
+                    "- first divergent row: {} — `{}/` (dumps, diff.txt, diff.json; heatmap in plots/)",
                     p.headline, p.dir
                 );
             }

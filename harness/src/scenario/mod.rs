@@ -1,10 +1,12 @@
-//! Scenario files: the format (`types`), how files and folders of them are read (`load`), and the model-config
+//! Scenario files: the format (`types`, and each kind's `params`), how files and folders of them are read (`load`), and the model-config
 //! overrides a bundled engine may carry (`engine_config`).
 
 pub mod engine_config;
 mod load;
+pub mod params;
 mod types;
 
 pub use load::{collect_files, load_file, load_paths, load_str, ScenarioError};
-pub use types::{Assertions, BoundaryParams, CaseName, EngineSpec, Kind, Params, Scenario, StressParams};
-pub use types::{GrowthParams, StalenessParams, MAX_TOKENS, MAX_TURNS, MAX_USER_LEN};
+pub use params::{BoundaryParams, CaseName, ContextName, GrowthParams, StalenessParams, StressParams};
+pub use params::{MAX_TOKENS, MAX_TURNS, MAX_USER_LEN};
+pub use types::{Assertions, EngineSpec, Kind, Params, Scenario};

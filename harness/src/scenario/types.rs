@@ -11,8 +11,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use super::engine_config::ConfigOverrides;
-pub use crate::cases::growth_curve::GrowthParams;
-pub use crate::cases::semantic_staleness::StalenessParams;
+use super::params::{BoundaryParams, GrowthParams, StalenessParams, StressParams};
 
 /// One scenario file.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -89,183 +88,8 @@ impl Params {
     }
 }
 
-fn default_max_tokens() -> usize {
-    8
-}
 fn yes() -> bool {
     true
-}
-
-/// `kind: boundary-matrix`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BoundaryParams {
-    /// The cases to run; absent means every case the engine's capabilities allow.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cases: Option<Vec<CaseName>>,
-    /// Tokens generated per turn (greedy).
-    #[serde(default = "default_max_tokens")]
-    pub max_tokens: usize,
-    #[serde(default)]
-    pub slot: usize,
-}
-
-impl Default for BoundaryParams {
-    fn default() -> Self {
-        BoundaryParams { cases: None, max_tokens: default_max_tokens(), slot: 0 }
-    }
-}
-
-/// The boundary cases of the reuse decision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum CaseName {
-    /// The next chat turn: prompt + reply + new user text. Reuse is everything fed.
-    Extend,
-    /// The same prompt again: nothing left to prefill, so no reuse.
-    ExactRepeat,
-    /// A prompt shorter than what was fed: the state cannot be rewound.
-    Shorter,
-    /// Longer prompt that differs at the first fed id.
-    DivergeFirst,
-    /// Longer prompt that differs in the middle of what was fed.
-    DivergeMiddle,
-    /// Longer prompt that differs at the last fed id (the off-by-one memcmp boundary).
-    DivergeLast,
-    /// Exactly prompt + reply, plus one id: the last reply id was never fed, so reuse stops before it.
-    PromptReply,
-    /// A conversation longer than the sliding window, continued.
-    WindowWrap,
-    /// A continuation that grows the slot past its initial capacity: the record must survive the growth.
-    CapacityGrowth,
-    /// A turn carrying audio frames (never reused), then a turn after it (tainted: never reused).
-    AudioTaint,
-    /// A prompt past the context limit fails on warm and cold alike; the failed state is never reused.
-    ContextOverflow,
-    /// A request cancelled mid-prefill (at a fixed prefill poll), then a prompt extending it: the half-written
-    /// state is never reused; reuse resumes after the next completed turn.
-    CancelRetry,
-    /// A 20-turn conversation, every turn compared: reuse grows with the context and the state's bytes follow
-    /// its capacity, not the turn count.
-    GrowingConversation,
-    /// Continuations whose fed length sits on a 16-position block boundary and one off either side (deepseek's
-    /// compressed blocks, prefill segments).
-    BlockEdges,
-    /// Divergence at a chunk-grid boundary -2/-1/+0/+1/+2 and at the next two boundaries (glm53).
-    GridDiverge,
-    /// Exact repeats of a prompt just past a grid boundary and of one on it (glm53).
-    GridRepeat,
-    /// Ever shorter prefixes across grid boundaries (glm53).
-    GridShorter,
-    /// A reply that crosses a grid boundary, then the next turn: rows written by decode are never reused (glm53).
-    GridReply,
-    /// Two prompt lengths whose chunks would tile the shared prefix differently if chunking followed the length.
-    GridTiling,
-    /// Two conversations interleaved on slots 0 and 1, each pinned to its slot.
-    Interleave,
-    /// A conversation lands on the slot another one used: only their common opening is reused there.
-    SlotSwitch,
-    /// Requests on empty slots: with cross-slot sharing they adopt another slot's matching prefix.
-    Share,
-}
-
-impl CaseName {
-    pub const ALL: [CaseName; 22] = [
-        CaseName::Extend,
-        CaseName::ExactRepeat,
-        CaseName::Shorter,
-        CaseName::DivergeFirst,
-        CaseName::DivergeMiddle,
-        CaseName::DivergeLast,
-        CaseName::PromptReply,
-        CaseName::WindowWrap,
-        CaseName::CapacityGrowth,
-        CaseName::AudioTaint,
-        CaseName::ContextOverflow,
-        CaseName::CancelRetry,
-        CaseName::GrowingConversation,
-        CaseName::BlockEdges,
-        CaseName::GridDiverge,
-        CaseName::GridRepeat,
-        CaseName::GridShorter,
-        CaseName::GridReply,
-        CaseName::GridTiling,
-        CaseName::Interleave,
-        CaseName::SlotSwitch,
-        CaseName::Share,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            CaseName::Extend => "extend",
-            CaseName::ExactRepeat => "exact-repeat",
-            CaseName::Shorter => "shorter",
-            CaseName::DivergeFirst => "diverge-first",
-            CaseName::DivergeMiddle => "diverge-middle",
-            CaseName::DivergeLast => "diverge-last",
-            CaseName::PromptReply => "prompt-reply",
-            CaseName::WindowWrap => "window-wrap",
-            CaseName::CapacityGrowth => "capacity-growth",
-            CaseName::AudioTaint => "audio-taint",
-            CaseName::ContextOverflow => "context-overflow",
-            CaseName::CancelRetry => "cancel-retry",
-            CaseName::GrowingConversation => "growing-conversation",
-            CaseName::BlockEdges => "block-edges",
-            CaseName::GridDiverge => "grid-diverge",
-            CaseName::GridRepeat => "grid-repeat",
-            CaseName::GridShorter => "grid-shorter",
-            CaseName::GridReply => "grid-reply",
-            CaseName::GridTiling => "grid-tiling",
-            CaseName::Interleave => "interleave",
-            CaseName::SlotSwitch => "slot-switch",
-            CaseName::Share => "share",
-        }
-    }
-}
-
-impl fmt::Display for CaseName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// `kind: stress-pairs`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StressParams {
-    /// Compared (warm, cold) pairs to run; conversations are generated until this many turns are compared.
-    #[serde(default = "default_pairs")]
-    pub pairs: usize,
-    /// Turns per conversation, inclusive range; every turn after the first is compared.
-    #[serde(default = "default_turns")]
-    pub turns: [usize; 2],
-    /// User-message length range in bytes; absent means derived from the engine so that conversations cross
-    /// the sliding window and the initial capacity.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user_len: Option<[usize; 2]>,
-    #[serde(default = "default_max_tokens")]
-    pub max_tokens: usize,
-    #[serde(default)]
-    pub slot: usize,
-}
-
-fn default_pairs() -> usize {
-    300
-}
-fn default_turns() -> [usize; 2] {
-    [2, 8]
-}
-
-impl Default for StressParams {
-    fn default() -> Self {
-        StressParams {
-            pairs: default_pairs(),
-            turns: default_turns(),
-            user_len: None,
-            max_tokens: default_max_tokens(),
-            slot: 0,
-        }
-    }
 }
 
 fn default_confidence() -> f64 {
@@ -524,11 +348,6 @@ impl<'de> Visitor<'de> for ScenarioVisitor {
     }
 }
 
-pub const MAX_TOKENS: usize = 65_536;
-pub const MAX_PAIRS: usize = 1_000_000;
-pub const MAX_TURNS: usize = 256;
-pub const MAX_USER_LEN: usize = 1 << 20;
-
 /// Range checks serde cannot express.
 fn validate(params: &Params, a: &Assertions) -> Result<(), String> {
     if !(a.confidence > 0.0 && a.confidence < 1.0) {
@@ -539,42 +358,11 @@ fn validate(params: &Params, a: &Assertions) -> Result<(), String> {
             return Err(format!("assert.max_failure_rate: {r} is not in [0, 1)"));
         }
     }
-    // Upper limits keep every size the cases derive from them far from integer overflow.
-    let max_tokens = |m: usize| {
-        if m == 0 || m > MAX_TOKENS {
-            Err(format!("params.max_tokens: {m} is not in 1..={MAX_TOKENS}"))
-        } else {
-            Ok(())
-        }
-    };
     match params {
-        Params::BoundaryMatrix(p) => {
-            max_tokens(p.max_tokens)?;
-            if let Some(cases) = &p.cases {
-                if cases.is_empty() {
-                    return Err("params.cases: must list at least one case (or be left out for all)".into());
-                }
-            }
-        }
-        Params::StressPairs(p) => {
-            max_tokens(p.max_tokens)?;
-            if p.pairs == 0 || p.pairs > MAX_PAIRS {
-                return Err(format!("params.pairs: {} is not in 1..={MAX_PAIRS}", p.pairs));
-            }
-            let [lo, hi] = p.turns;
-            if lo < 2 || lo > hi || hi > MAX_TURNS {
-                return Err(format!("params.turns: [{lo}, {hi}] must satisfy 2 <= min <= max <= {MAX_TURNS}"));
-            }
-            if let Some([lo, hi]) = p.user_len {
-                if lo == 0 || lo > hi || hi > MAX_USER_LEN {
-                    return Err(format!(
-                        "params.user_len: [{lo}, {hi}] must satisfy 1 <= min <= max <= {MAX_USER_LEN}"
-                    ));
-                }
-            }
-        }
-        Params::GrowthCurve(p) => crate::cases::growth_curve::validate(p)?,
-        Params::SemanticStaleness(p) => crate::cases::semantic_staleness::validate(p)?,
+        Params::BoundaryMatrix(p) => p.validate()?,
+        Params::StressPairs(p) => p.validate()?,
+        Params::GrowthCurve(p) => p.validate()?,
+        Params::SemanticStaleness(p) => p.validate()?,
     }
     validate_growth_assertions(params, a)
 }

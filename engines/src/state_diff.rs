@@ -1,0 +1,698 @@
+//! The one row matcher: two slot states compared row by row, rows matched by the absolute position they hold
+//! (never by row index, so a ring's rows compare wherever they sit), bitwise first, then the largest |diff| and
+//! ULP distance of each differing row. Every state comparison kvproof makes goes through `compare`: the in-run
+//! state check, provenance capture, `kvproof diff`, the heatmap (which reads the `StateDiff` saved as diff.json)
+//! and the engines' own tests. It lives here, beside the dump format, because the engines' tests need it and the
+//! engines crate cannot depend on the harness.
+//!
+//! The first divergent row is the lowest position that differs, and at that position the lowest layer (then the
+//! tensor's order in the dump): every later position attends to it, so it is where a divergence starts.
+
+use std::borrow::Cow;
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::dump::{CacheKind, DumpMeta, StateDump, Writer};
+
+/// A row's floats: held in memory, or little-endian bytes read from a mapped file.
+#[derive(Debug, Clone, Copy)]
+pub enum RowData<'a> {
+    F32(&'a [f32]),
+    Le(&'a [u8]),
+}
+
+impl RowData<'_> {
+    fn len_values(&self) -> usize {
+        match self {
+            RowData::F32(v) => v.len(),
+            RowData::Le(b) => b.len() / 4,
+        }
+    }
+}
+
+/// One cached tensor as the matcher reads it.
+#[derive(Debug, Clone)]
+pub struct TensorRows<'a> {
+    pub layer: usize,
+    pub name: &'a str,
+    pub kind: CacheKind,
+    /// Floats per row.
+    pub width: usize,
+    /// The absolute position each row holds (-1: empty).
+    pub positions: Cow<'a, [i64]>,
+    pub writers: Cow<'a, [Option<Writer>]>,
+    /// Row-major `rows x width`.
+    pub data: RowData<'a>,
+}
+
+impl TensorRows<'_> {
+    /// Why the arrays do not fit together, if they do not (checked before any row is indexed).
+    pub fn malformed(&self) -> Option<String> {
+        let rows = self.positions.len();
+        let fits = self.width.checked_mul(rows) == Some(self.data.len_values())
+            && self.writers.len() == rows
+            && !matches!(self.data, RowData::Le(b) if b.len() % 4 != 0);
+        (!fits).then(|| {
+            format!(
+                "layer {} `{}`: {} values and {} writers for {rows} rows of width {}",
+                self.layer,
+                self.name,
+                self.data.len_values(),
+                self.writers.len(),
+                self.width
+            )
+        })
+    }
+
+    fn row_bits(&self, i: usize) -> RowData<'_> {
+        let w = self.width;
+        match self.data {
+            RowData::F32(v) => RowData::F32(&v[i * w..(i + 1) * w]),
+            RowData::Le(b) => RowData::Le(&b[i * w * 4..(i + 1) * w * 4]),
+        }
+    }
+}
+
+/// A state as the matcher reads it: a `StateDump` in memory, or a dump file mapped by the harness.
+pub trait DumpSource: Sync {
+    fn meta(&self) -> &DumpMeta;
+    fn record_ids(&self) -> Cow<'_, [u32]>;
+    fn record_tainted(&self) -> bool;
+    fn tensor_count(&self) -> usize;
+    /// Tensor `i`; an error names what in it cannot be read.
+    fn tensor(&self, i: usize) -> Result<TensorRows<'_>, String>;
+}
+
+impl DumpSource for StateDump {
+    fn meta(&self) -> &DumpMeta {
+        &self.meta
+    }
+    fn record_ids(&self) -> Cow<'_, [u32]> {
+        Cow::Borrowed(&self.record.ids)
+    }
+    fn record_tainted(&self) -> bool {
+        self.record.tainted
+    }
+    fn tensor_count(&self) -> usize {
+        self.tensors.len()
+    }
+    fn tensor(&self, i: usize) -> Result<TensorRows<'_>, String> {
+        let t = self.tensors.get(i).ok_or_else(|| format!("no tensor {i}"))?;
+        Ok(TensorRows {
+            layer: t.layer,
+            name: &t.name,
+            kind: t.kind,
+            width: t.width,
+            positions: Cow::Borrowed(&t.positions),
+            writers: Cow::Borrowed(&t.writers),
+            data: RowData::F32(&t.data),
+        })
+    }
+}
+
+/// Why two states cannot be compared row by row at all.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Incomparable {
+    #[error("different arches: {0} vs {1}")]
+    Arch(String, String),
+    #[error("different models (config/weights hash {0} vs {1}): same arch, other preset, seed or config")]
+    Model(String, String),
+    #[error("{0} cached tensors vs {1}")]
+    TensorCount(usize, usize),
+    #[error("tensor {0} vs {1}")]
+    Shape(String, String),
+    #[error("malformed dump: {0}")]
+    Malformed(String),
+}
+
+/// The first divergent row of the whole state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FirstRow {
+    pub layer: usize,
+    pub tensor: String,
+    pub kind: CacheKind,
+    /// The absolute position the row holds.
+    pub position: i64,
+    pub writer_a: Option<Writer>,
+    pub writer_b: Option<Writer>,
+    pub max_abs: f32,
+    pub max_ulp: u64,
+}
+
+impl FirstRow {
+    /// "layer 7 `k`, pos 32: warm row by decode (req 1, step 6), cold row by prefill (req 3, chunk 2 of 7 rows)"
+    pub fn describe(&self, a_name: &str, b_name: &str) -> String {
+        let w = |w: &Option<Writer>| w.map(|w| w.to_string()).unwrap_or_else(|| "nobody (unwritten)".into());
+        format!(
+            "layer {} `{}`, pos {}: {a_name} row by {}, {b_name} row by {}",
+            self.layer,
+            self.tensor,
+            self.position,
+            w(&self.writer_a),
+            w(&self.writer_b)
+        )
+    }
+}
+
+/// One cached tensor compared.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TensorDiff {
+    pub layer: usize,
+    pub name: String,
+    pub kind: CacheKind,
+    pub rows_compared: usize,
+    pub rows_identical: usize,
+    /// Positions both states cover but only one side holds a row for.
+    pub only_in_a: usize,
+    pub only_in_b: usize,
+    pub first_divergent_pos: Option<i64>,
+    pub writer_a: Option<Writer>,
+    pub writer_b: Option<Writer>,
+    pub max_abs: f32,
+    pub max_ulp: u64,
+    /// Ring rows stored where their position does not map (row index != pos % rows), per side, and the rotation
+    /// of the first such row: (row index - pos % rows) mod rows — what a linear copy of a wrapped ring leaves.
+    pub misplaced_a: usize,
+    pub misplaced_b: usize,
+    pub rotation_a: Option<usize>,
+    pub rotation_b: Option<usize>,
+    /// (position, max |diff|) of every divergent row, in position order (the heatmap's cells).
+    pub divergent: Vec<(i64, f32)>,
+    /// The positions compared (held by both sides) as half-open runs `[start, end)`: a ring holds only its
+    /// window, and the heatmap must not paint positions nobody compared as identical.
+    pub compared: Vec<(i64, i64)>,
+}
+
+/// All tensors of one layer together.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LayerDiff {
+    pub layer: usize,
+    pub rows_compared: usize,
+    pub rows_identical: usize,
+    pub rows_only_one_side: usize,
+    /// The layer's lowest divergent position, the tensor holding it, and that row's writers.
+    pub first_divergent_pos: Option<i64>,
+    pub first_tensor: Option<String>,
+    pub writer_a: Option<Writer>,
+    pub writer_b: Option<Writer>,
+    pub max_abs: f32,
+    pub max_ulp: u64,
+}
+
+/// The records of the two states.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordDiff {
+    pub len_a: usize,
+    pub len_b: usize,
+    /// The first index where the ids differ (or the shorter length, when one is a prefix of the other).
+    pub first_diff: Option<usize>,
+    pub tainted_a: bool,
+    pub tainted_b: bool,
+}
+
+impl RecordDiff {
+    pub fn equal(&self) -> bool {
+        self.first_diff.is_none() && self.tainted_a == self.tainted_b
+    }
+}
+
+/// Two states compared: what `kvproof diff` prints, what the state check reports, what diff.json holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StateDiff {
+    pub arch: String,
+    /// Positions each state covers, and those both cover (the rows compared lie below it).
+    pub len_a: usize,
+    pub len_b: usize,
+    pub covered: usize,
+    pub record: RecordDiff,
+    pub first: Option<FirstRow>,
+    pub layers: Vec<LayerDiff>,
+    pub tensors: Vec<TensorDiff>,
+}
+
+impl StateDiff {
+    pub fn identical(&self) -> bool {
+        self.len_a == self.len_b
+            && self.record.equal()
+            && self.tensors.iter().all(|t| t.first_divergent_pos.is_none() && t.only_in_a + t.only_in_b == 0)
+    }
+
+    pub fn rows_compared(&self) -> usize {
+        self.tensors.iter().map(|t| t.rows_compared).sum()
+    }
+
+    pub fn rows_differing(&self) -> usize {
+        self.tensors.iter().map(|t| t.rows_compared - t.rows_identical).sum()
+    }
+
+    pub fn rows_only_one_side(&self) -> usize {
+        self.tensors.iter().map(|t| t.only_in_a + t.only_in_b).sum()
+    }
+
+    pub fn max_abs(&self) -> f32 {
+        self.tensors.iter().map(|t| t.max_abs).fold(0.0, f32::max)
+    }
+
+    pub fn max_ulp(&self) -> u64 {
+        self.tensors.iter().map(|t| t.max_ulp).max().unwrap_or(0)
+    }
+
+    /// Layers with at least one differing row, ascending.
+    pub fn layers_differing(&self) -> Vec<usize> {
+        self.layers.iter().filter(|l| l.first_divergent_pos.is_some()).map(|l| l.layer).collect()
+    }
+
+    /// One line: the first divergent row with both writers, or what else differs.
+    pub fn headline(&self, a_name: &str, b_name: &str) -> String {
+        if let Some(f) = &self.first {
+            return f.describe(a_name, b_name);
+        }
+        if self.identical() {
+            return "states identical".into();
+        }
+        let mut parts = Vec::new();
+        if self.len_a != self.len_b {
+            parts.push(format!("{a_name} covers {} positions, {b_name} {}", self.len_a, self.len_b));
+        }
+        let only = self.rows_only_one_side();
+        if only > 0 {
+            parts.push(format!("{only} row(s) held by one side only"));
+        }
+        if let Some(i) = self.record.first_diff {
+            parts.push(format!("records differ from id {i}"));
+        } else if self.record.tainted_a != self.record.tainted_b {
+            parts.push(format!(
+                "{a_name} record {}tainted, {b_name} record {}tainted",
+                if self.record.tainted_a { "" } else { "not " },
+                if self.record.tainted_b { "" } else { "not " }
+            ));
+        }
+        format!("rows identical where both hold them; {}", parts.join("; "))
+    }
+}
+
+/// Distance in units in the last place between two floats: 0 for bit-equal values (and for 0.0 vs -0.0),
+/// u64::MAX when either is NaN.
+pub fn ulp_distance(a: f32, b: f32) -> u64 {
+    if a.is_nan() || b.is_nan() {
+        return u64::MAX;
+    }
+    let key = |x: f32| {
+        let bits = x.to_bits() as i32;
+        if bits < 0 {
+            i32::MIN as i64 - bits as i64
+        } else {
+            bits as i64
+        }
+    };
+    (key(a) - key(b)).unsigned_abs()
+}
+
+fn value(row: RowData<'_>, k: usize) -> f32 {
+    match row {
+        RowData::F32(v) => v[k],
+        RowData::Le(b) => f32::from_le_bytes([b[4 * k], b[4 * k + 1], b[4 * k + 2], b[4 * k + 3]]),
+    }
+}
+
+/// Whether two rows hold the same bits; a byte comparison where both come from files.
+fn same_bits(a: RowData<'_>, b: RowData<'_>) -> bool {
+    match (a, b) {
+        (RowData::Le(x), RowData::Le(y)) => x == y,
+        (RowData::F32(x), RowData::F32(y)) => x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()),
+        _ => (0..a.len_values()).all(|k| value(a, k).to_bits() == value(b, k).to_bits()),
+    }
+}
+
+/// (max |diff|, max ULP) of two rows that differ.
+fn row_distance(a: RowData<'_>, b: RowData<'_>) -> (f32, u64) {
+    let (mut abs, mut ulp) = (0.0f32, 0u64);
+    for k in 0..a.len_values() {
+        let (x, y) = (value(a, k), value(b, k));
+        if x.to_bits() != y.to_bits() {
+            let d = (x - y).abs();
+            abs = if d.is_nan() { f32::INFINITY } else { abs.max(d) };
+            ulp = ulp.max(ulp_distance(x, y));
+        }
+    }
+    (abs, ulp)
+}
+
+/// Sorted positions as half-open runs of consecutive ones.
+fn runs(mut positions: Vec<i64>) -> Vec<(i64, i64)> {
+    positions.sort_unstable();
+    let mut out: Vec<(i64, i64)> = Vec::new();
+    for p in positions {
+        match out.last_mut() {
+            Some((_, end)) if *end == p => *end = p + 1,
+            Some((_, end)) if *end > p => {}
+            _ => out.push((p, p + 1)),
+        }
+    }
+    out
+}
+
+fn misplaced(kind: CacheKind, positions: &[i64]) -> (usize, Option<usize>) {
+    if kind != CacheKind::Ring || positions.is_empty() {
+        return (0, None);
+    }
+    let w = positions.len() as i64;
+    let mut count = 0;
+    let mut first = None;
+    for (i, &p) in positions.iter().enumerate() {
+        if p >= 0 && p % w != i as i64 {
+            count += 1;
+            first.get_or_insert(((i as i64 - p % w).rem_euclid(w)) as usize);
+        }
+    }
+    (count, first)
+}
+
+/// (position, row) of every row holding a position below `covered`, by position (the last row wins if a
+/// position repeats). Sized by the rows the tensor really has, never by what a header claims.
+fn rows_by_position(positions: &[i64], covered: usize) -> Vec<(i64, usize)> {
+    let mut rows: Vec<(i64, usize)> = positions
+        .iter()
+        .enumerate()
+        .filter(|(_, &p)| p >= 0 && (p as u64) < covered as u64)
+        .map(|(i, &p)| (p, i))
+        .collect();
+    rows.sort_by_key(|&(p, i)| (p, std::cmp::Reverse(i)));
+    rows.dedup_by_key(|&mut (p, _)| p);
+    rows
+}
+
+/// The first divergent row of one tensor: (position, max |diff|, max ULP).
+type TensorFirst = Option<(i64, f32, u64)>;
+
+fn diff_tensor(a: &TensorRows<'_>, b: &TensorRows<'_>, covered: usize) -> (TensorDiff, TensorFirst) {
+    let a_rows = rows_by_position(&a.positions, covered);
+    let b_rows = rows_by_position(&b.positions, covered);
+    let (misplaced_a, rotation_a) = misplaced(a.kind, &a.positions);
+    let (misplaced_b, rotation_b) = misplaced(b.kind, &b.positions);
+    let mut t = TensorDiff {
+        layer: a.layer,
+        name: a.name.to_string(),
+        kind: a.kind,
+        rows_compared: 0,
+        rows_identical: 0,
+        only_in_a: 0,
+        only_in_b: 0,
+        first_divergent_pos: None,
+        writer_a: None,
+        writer_b: None,
+        max_abs: 0.0,
+        max_ulp: 0,
+        misplaced_a,
+        misplaced_b,
+        rotation_a,
+        rotation_b,
+        divergent: Vec::new(),
+        compared: Vec::new(),
+    };
+    let mut compared = Vec::new();
+    let mut first: TensorFirst = None;
+    // a merge of the two position-sorted lists
+    let (mut x, mut y) = (0, 0);
+    while x < a_rows.len() || y < b_rows.len() {
+        let (pa, pb) = (a_rows.get(x).map(|r| r.0), b_rows.get(y).map(|r| r.0));
+        match (pa, pb) {
+            (Some(p), Some(q)) if p == q => {
+                let (i, j) = (a_rows[x].1, b_rows[y].1);
+                x += 1;
+                y += 1;
+                t.rows_compared += 1;
+                compared.push(p);
+                let (ra, rb) = (a.row_bits(i), b.row_bits(j));
+                if same_bits(ra, rb) {
+                    t.rows_identical += 1;
+                    continue;
+                }
+                let (abs, ulp) = row_distance(ra, rb);
+                t.max_abs = t.max_abs.max(abs);
+                t.max_ulp = t.max_ulp.max(ulp);
+                t.divergent.push((p, abs));
+                if t.first_divergent_pos.is_none() {
+                    // positions are visited in ascending order: the first one seen is the lowest
+                    t.first_divergent_pos = Some(p);
+                    t.writer_a = a.writers[i];
+                    t.writer_b = b.writers[j];
+                    first = Some((p, abs, ulp));
+                }
+            }
+            (Some(p), q) if q.is_none_or(|q| p < q) => {
+                t.only_in_a += 1;
+                x += 1;
+            }
+            _ => {
+                t.only_in_b += 1;
+                y += 1;
+            }
+        }
+    }
+    t.compared = runs(compared);
+    (t, first)
+}
+
+fn layers_of(tensors: &[TensorDiff]) -> Vec<LayerDiff> {
+    let n_layers = tensors.iter().map(|t| t.layer + 1).max().unwrap_or(0);
+    (0..n_layers)
+        .map(|l| {
+            let mine: Vec<&TensorDiff> = tensors.iter().filter(|t| t.layer == l).collect();
+            let first = mine.iter().filter(|t| t.first_divergent_pos.is_some()).min_by_key(|t| t.first_divergent_pos);
+            LayerDiff {
+                layer: l,
+                rows_compared: mine.iter().map(|t| t.rows_compared).sum(),
+                rows_identical: mine.iter().map(|t| t.rows_identical).sum(),
+                rows_only_one_side: mine.iter().map(|t| t.only_in_a + t.only_in_b).sum(),
+                first_divergent_pos: first.and_then(|t| t.first_divergent_pos),
+                first_tensor: first.map(|t| t.name.clone()),
+                writer_a: first.and_then(|t| t.writer_a),
+                writer_b: first.and_then(|t| t.writer_b),
+                max_abs: mine.iter().map(|t| t.max_abs).fold(0.0, f32::max),
+                max_ulp: mine.iter().map(|t| t.max_ulp).max().unwrap_or(0),
+            }
+        })
+        .collect()
+}
+
+/// Compare state `a` with state `b`. Tensors are compared in parallel; a pair of states with different models or
+/// tensor layouts is `Incomparable`, never a panic.
+pub fn compare(a: &impl DumpSource, b: &impl DumpSource) -> Result<StateDiff, Incomparable> {
+    let (ma, mb) = (a.meta(), b.meta());
+    if ma.arch != mb.arch {
+        return Err(Incomparable::Arch(ma.arch.clone(), mb.arch.clone()));
+    }
+    if ma.model_hash != mb.model_hash {
+        return Err(Incomparable::Model(ma.model_hash.clone(), mb.model_hash.clone()));
+    }
+    if a.tensor_count() != b.tensor_count() {
+        return Err(Incomparable::TensorCount(a.tensor_count(), b.tensor_count()));
+    }
+    let covered = ma.len.min(mb.len);
+    let per_tensor: Vec<(TensorDiff, TensorFirst)> = (0..a.tensor_count())
+        .into_par_iter()
+        .map(|i| {
+            let (ta, tb) =
+                (a.tensor(i).map_err(Incomparable::Malformed)?, b.tensor(i).map_err(Incomparable::Malformed)?);
+            if (ta.layer, ta.name, ta.kind, ta.width) != (tb.layer, tb.name, tb.kind, tb.width) {
+                let shape =
+                    |t: &TensorRows<'_>| format!("layers.{}.{} ({:?}, width {})", t.layer, t.name, t.kind, t.width);
+                return Err(Incomparable::Shape(shape(&ta), shape(&tb)));
+            }
+            if let Some(bad) = ta.malformed().or_else(|| tb.malformed()) {
+                return Err(Incomparable::Malformed(bad));
+            }
+            Ok(diff_tensor(&ta, &tb, covered))
+        })
+        .collect::<Result<_, _>>()?;
+
+    let first = per_tensor
+        .iter()
+        .filter_map(|(t, f)| f.map(|(p, abs, ulp)| (p, t, abs, ulp)))
+        .min_by_key(|(p, t, _, _)| (*p, t.layer))
+        .map(|(position, t, max_abs, max_ulp)| FirstRow {
+            layer: t.layer,
+            tensor: t.name.clone(),
+            kind: t.kind,
+            position,
+            writer_a: t.writer_a,
+            writer_b: t.writer_b,
+            max_abs,
+            max_ulp,
+        });
+    let tensors: Vec<TensorDiff> = per_tensor.into_iter().map(|(t, _)| t).collect();
+    let (ra, rb) = (a.record_ids(), b.record_ids());
+    let first_diff =
+        (ra != rb).then(|| ra.iter().zip(rb.iter()).position(|(x, y)| x != y).unwrap_or(ra.len().min(rb.len())));
+    Ok(StateDiff {
+        arch: ma.arch.clone(),
+        len_a: ma.len,
+        len_b: mb.len,
+        covered,
+        record: RecordDiff {
+            len_a: ra.len(),
+            len_b: rb.len(),
+            first_diff,
+            tainted_a: a.record_tainted(),
+            tainted_b: b.record_tainted(),
+        },
+        first,
+        layers: layers_of(&tensors),
+        tensors,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dump::{DumpTensor, RecordDump, WriterKind};
+
+    fn writer(request: u64) -> Option<Writer> {
+        Some(Writer { request, kind: WriterKind::Prefill { chunk: 0, chunk_rows: 4 } })
+    }
+
+    fn tensor(layer: usize, kind: CacheKind, positions: &[i64], values: &[f32]) -> DumpTensor {
+        DumpTensor {
+            layer,
+            name: "k".into(),
+            kind,
+            width: 1,
+            data: values.to_vec(),
+            positions: positions.to_vec(),
+            writers: positions.iter().map(|&p| if p >= 0 { writer(1) } else { None }).collect(),
+        }
+    }
+
+    fn dump(len: usize, record: &[u32], tensors: Vec<DumpTensor>) -> StateDump {
+        StateDump {
+            meta: DumpMeta {
+                arch: "inkling".into(),
+                preset: None,
+                model_hash: String::new(),
+                fault: None,
+                slot: 0,
+                len,
+                capacity: 8,
+            },
+            record: RecordDump { ids: record.to_vec(), tainted: false, capacity: 8 },
+            tensors,
+        }
+    }
+
+    fn diff(a: &StateDump, b: &StateDump) -> StateDiff {
+        compare(a, b).expect("comparable")
+    }
+
+    #[test]
+    fn rows_are_matched_by_position_not_index() {
+        // a ring of 4 after 6 positions: warm and cold hold the same positions at the same rows
+        let w = dump(6, &[0; 6], vec![tensor(0, CacheKind::Ring, &[4, 5, 2, 3], &[4.0, 5.0, 2.0, 3.0])]);
+        let mut c = w.clone();
+        assert!(diff(&w, &c).identical());
+        // same rows, stored in another order: still identical, and the rotation is reported
+        c.tensors[0] = tensor(0, CacheKind::Ring, &[2, 3, 4, 5], &[2.0, 3.0, 4.0, 5.0]);
+        let d = diff(&w, &c);
+        assert!(d.identical(), "{d:?}");
+        assert_eq!(d.rows_compared(), 4);
+        assert_eq!((d.tensors[0].misplaced_b, d.tensors[0].rotation_b), (4, Some(2)));
+    }
+
+    #[test]
+    fn the_first_divergent_row_is_the_lowest_position_then_the_lowest_layer() {
+        let w = dump(
+            3,
+            &[0; 3],
+            vec![
+                tensor(0, CacheKind::Full, &[0, 1, 2], &[1.0, 2.0, 3.0]),
+                tensor(1, CacheKind::Full, &[0, 1, 2], &[1.0, 2.0, 3.0]),
+                tensor(2, CacheKind::Full, &[0, 1, 2], &[1.0, 2.0, 3.0]),
+            ],
+        );
+        let mut c = w.clone();
+        c.tensors[0].data[2] = 3.5; // layer 0, position 2
+        c.tensors[2].data[1] = 2.25; // layer 2, position 1
+        c.tensors[1].data[1] = 2.5; // layer 1, position 1
+        let d = diff(&w, &c);
+        assert_eq!(d.rows_differing(), 3);
+        let f = d.first.as_ref().expect("first");
+        assert_eq!((f.position, f.layer, f.max_abs), (1, 1, 0.5));
+        assert_eq!(d.max_abs(), 0.5);
+        assert_eq!(d.layers_differing(), vec![0, 1, 2]);
+        assert_eq!(d.layers[0].first_divergent_pos, Some(2));
+        assert!(d.headline("warm", "cold").starts_with("layer 1 `k`, pos 1: warm row by prefill (req 1"));
+    }
+
+    #[test]
+    fn a_position_one_side_lacks_or_a_length_difference_is_a_difference() {
+        let w = dump(3, &[0; 3], vec![tensor(0, CacheKind::Full, &[0, 1, 2], &[1.0, 2.0, 3.0])]);
+        let c = dump(3, &[0; 3], vec![tensor(0, CacheKind::Full, &[0, 1, -1], &[1.0, 2.0, 0.0])]);
+        let d = diff(&w, &c);
+        assert!(!d.identical());
+        assert_eq!((d.tensors[0].only_in_a, d.tensors[0].only_in_b), (1, 0));
+        assert!(d.headline("warm", "cold").contains("1 row(s) held by one side only"), "{}", d.headline("w", "c"));
+        let longer = dump(4, &[0; 3], w.tensors.clone());
+        assert!(!diff(&w, &longer).identical());
+    }
+
+    #[test]
+    fn rows_past_the_covered_length_are_not_state() {
+        let w = dump(2, &[0; 2], vec![tensor(0, CacheKind::Full, &[0, 1, 2], &[1.0, 2.0, 9.0])]);
+        let c = dump(2, &[0; 2], vec![tensor(0, CacheKind::Full, &[0, 1, -1], &[1.0, 2.0, 0.0])]);
+        assert!(diff(&w, &c).identical());
+    }
+
+    #[test]
+    fn records_and_taint_are_compared() {
+        let w = dump(2, &[1, 2], vec![]);
+        let mut c = dump(2, &[1, 3], vec![]);
+        assert_eq!(diff(&w, &c).record.first_diff, Some(1));
+        c.record.ids = vec![1, 2];
+        c.record.tainted = true;
+        let d = diff(&w, &c);
+        assert!(!d.identical() && d.headline("w", "c").contains("c record tainted"), "{}", d.headline("w", "c"));
+    }
+
+    #[test]
+    fn malformed_and_mismatched_dumps_are_errors_not_panics() {
+        let w = dump(2, &[0; 2], vec![tensor(0, CacheKind::Full, &[0, 1], &[1.0, 2.0])]);
+        let mut c = w.clone();
+        c.tensors[0].data.pop();
+        assert!(matches!(compare(&w, &c), Err(Incomparable::Malformed(m)) if m.contains("layer 0 `k`")));
+        let mut c = w.clone();
+        c.tensors[0].width = 2;
+        assert!(matches!(compare(&w, &c), Err(Incomparable::Shape(..))));
+        let mut c = w.clone();
+        c.meta.model_hash = "other".into();
+        assert!(matches!(compare(&w, &c), Err(Incomparable::Model(..))));
+        let mut c = w.clone();
+        c.tensors.clear();
+        assert_eq!(compare(&w, &c), Err(Incomparable::TensorCount(1, 0)));
+    }
+
+    #[test]
+    fn ulp_distance_counts_representable_steps() {
+        assert_eq!(ulp_distance(1.0, 1.0), 0);
+        assert_eq!(ulp_distance(1.0, f32::from_bits(1.0f32.to_bits() + 3)), 3);
+        assert_eq!(ulp_distance(-0.0, 0.0), 0);
+        assert_eq!(ulp_distance(f32::from_bits(1), -f32::from_bits(1)), 2);
+        assert_eq!(ulp_distance(f32::NAN, 1.0), u64::MAX);
+    }
+
+    #[test]
+    fn in_memory_and_little_endian_rows_compare_alike() {
+        let a = [1.0f32, -2.5, 3.25];
+        let bytes: Vec<u8> = a.iter().flat_map(|x| x.to_le_bytes()).collect();
+        assert!(same_bits(RowData::F32(&a), RowData::Le(&bytes)));
+        let b = [1.0f32, -2.5, 3.5];
+        assert_eq!(row_distance(RowData::Le(&bytes), RowData::F32(&b)), (0.25, ulp_distance(3.25, 3.5)));
+    }
+
+    #[test]
+    fn compared_positions_become_runs() {
+        assert_eq!(runs(vec![5, 3, 4, 9, 10, 0]), vec![(0, 1), (3, 6), (9, 11)]);
+        assert_eq!(runs(vec![2, 2, 3]), vec![(2, 4)]);
+        assert!(runs(Vec::new()).is_empty());
+    }
+}

@@ -1,0 +1,352 @@
+//! A growth curve judged: the least-squares slope of per-turn wall time against context, the warm and cold
+//! last/first ratios, the share of prompt tokens reused and the prefill speedup against the ideal (cold prefilled
+//! / warm prefilled tokens), each held against the scenario's growth assertions. Computed from the `growth` field
+//! of the trial records alone, so a rebuilt report reaches the same verdict.
+
+use serde::{Deserialize, Serialize};
+
+use super::{reuse, tokens};
+use crate::driver::Generation;
+use crate::record::{CheckName, CheckResult, GrowthTurn, TrialRecord};
+use crate::scenario::Assertions;
+
+/// Least-squares line through `pts`: (slope, intercept); `None` with fewer than two distinct x.
+pub fn least_squares(pts: &[(f64, f64)]) -> Option<(f64, f64)> {
+    if pts.len() < 2 {
+        return None;
+    }
+    let n = pts.len() as f64;
+    let mx = pts.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = pts.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = pts.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    if sxx <= 0.0 {
+        return None;
+    }
+    let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let slope = sxy / sxx;
+    Some((slope, my - slope * mx))
+}
+
+/// What a growth curve adds up to. Turn 1 has nothing to reuse (warm and cold both prefill everything), so every
+/// number below is over turns 2..=T.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GrowthStats {
+    pub turns: usize,
+    pub context_first: usize,
+    pub context_last: usize,
+    /// context_last / context_first.
+    pub context_growth: f64,
+    /// Median wall time of the first and the last turn.
+    pub warm_first_ms: f64,
+    pub warm_last_ms: f64,
+    /// The last/first ratio of the least-squares line of warm per-turn wall time against context length (flat is
+    /// one). The line goes through every turn, so one turn slowed by another process moves it little; this is the
+    /// ratio the assertions use.
+    pub warm_ratio: f64,
+    /// warm_last_ms / warm_first_ms (two single turns: noisier).
+    pub warm_raw_ratio: f64,
+    pub cold_first_ms: f64,
+    pub cold_last_ms: f64,
+    /// cold_last_ms / cold_first_ms. Cold cost is convex in the context (attention over the whole transcript) and
+    /// its growth dwarfs the noise, so the turns' own medians are used rather than a line.
+    pub cold_ratio: f64,
+    /// Least-squares slope of per-turn wall time against context length, in ms per 1000 tokens of context.
+    pub warm_slope_ms_per_ktok: f64,
+    pub cold_slope_ms_per_ktok: f64,
+    /// Reused / prompt tokens, summed over the turns.
+    pub reuse_fraction: f64,
+    /// Cold prefilled tokens / warm prefilled tokens, summed over the turns: the speedup if prefill time were
+    /// proportional to prefilled tokens.
+    pub ideal_speedup: f64,
+    /// Cold prefill time / warm prefill time, summed over the turns.
+    pub prefill_speedup: f64,
+    /// Cold wall time / warm wall time (prefill and decode), summed over the turns.
+    pub wall_speedup: f64,
+    /// prefill_speedup / ideal_speedup.
+    pub speedup_of_ideal: f64,
+    /// The scenario's growth assertions that failed, each as a sentence.
+    pub violations: Vec<String>,
+}
+
+pub fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        0.0
+    }
+}
+
+/// The statistics of a scenario's growth turns and the assertions they fail; `Err` says why there are none.
+pub fn analyze(turns: &[GrowthTurn], a: &Assertions) -> Result<GrowthStats, String> {
+    let mut turns: Vec<&GrowthTurn> = turns.iter().collect();
+    turns.sort_by_key(|t| t.turn);
+    for (i, t) in turns.iter().enumerate() {
+        if t.turn != i + 1 {
+            return Err(format!("turn {} has no measurement (the conversation stopped early)", i + 1));
+        }
+    }
+    if turns.len() < 3 {
+        return Err(format!("{} turn(s) measured; a curve needs turn 1 and at least two turns after it", turns.len()));
+    }
+    let cmp = &turns[1..];
+    let (first, last) = (cmp[0], cmp[cmp.len() - 1]);
+    let warm_pts: Vec<(f64, f64)> = cmp.iter().map(|t| (t.context as f64, t.warm.wall_ms)).collect();
+    let cold_pts: Vec<(f64, f64)> = cmp.iter().map(|t| (t.context as f64, t.cold.wall_ms)).collect();
+    let fit = |pts: &[(f64, f64)]| {
+        let raw = ratio(pts[pts.len() - 1].1, pts[0].1);
+        let Some((slope, icpt)) = least_squares(pts) else { return (0.0, raw) };
+        let at = |x: usize| icpt + slope * x as f64;
+        // A line that is not positive at the first turn says nothing about a ratio: fall back to the raw one.
+        let fitted = if at(first.context) > 0.0 { ratio(at(last.context), at(first.context)) } else { raw };
+        (slope * 1000.0, fitted)
+    };
+    let (warm_slope, warm_fit) = fit(&warm_pts);
+    let (cold_slope, _) = fit(&cold_pts);
+    let sum = |f: fn(&GrowthTurn) -> f64| cmp.iter().map(|t| f(t)).sum::<f64>();
+    let ideal = ratio(sum(|t| t.cold.prefilled as f64), sum(|t| t.warm.prefilled as f64).max(1.0));
+    let prefill_speedup = ratio(sum(|t| t.cold.prefill_ms), sum(|t| t.warm.prefill_ms));
+    let mut s = GrowthStats {
+        turns: turns.len(),
+        context_first: first.context,
+        context_last: last.context,
+        context_growth: ratio(last.context as f64, first.context as f64),
+        warm_first_ms: first.warm.wall_ms,
+        warm_last_ms: last.warm.wall_ms,
+        warm_ratio: warm_fit,
+        warm_raw_ratio: ratio(last.warm.wall_ms, first.warm.wall_ms),
+        cold_first_ms: first.cold.wall_ms,
+        cold_last_ms: last.cold.wall_ms,
+        cold_ratio: ratio(last.cold.wall_ms, first.cold.wall_ms),
+        warm_slope_ms_per_ktok: warm_slope,
+        cold_slope_ms_per_ktok: cold_slope,
+        reuse_fraction: ratio(sum(|t| t.reused as f64), sum(|t| t.context as f64)),
+        ideal_speedup: ideal,
+        prefill_speedup,
+        wall_speedup: ratio(sum(|t| t.cold.wall_ms), sum(|t| t.warm.wall_ms)),
+        speedup_of_ideal: ratio(prefill_speedup, ideal),
+        violations: Vec::new(),
+    };
+    s.violations = violations(&s, a);
+    Ok(s)
+}
+
+fn violations(s: &GrowthStats, a: &Assertions) -> Vec<String> {
+    let mut v = Vec::new();
+    let span = format!(
+        "from turn 2 ({} tokens) to turn {} ({} tokens, {:.1}x)",
+        s.context_first, s.turns, s.context_last, s.context_growth
+    );
+    if let Some(max) = a.max_warm_ratio {
+        if s.warm_ratio > max {
+            v.push(format!(
+                "warm per-turn wall time grew {:.2}x (least-squares line; raw {:.2}x) {span}; at most {max}x allowed",
+                s.warm_ratio, s.warm_raw_ratio
+            ));
+        }
+    }
+    if let Some(min) = a.min_cold_ratio {
+        if s.cold_ratio < min {
+            v.push(format!(
+                "cold per-turn wall time grew only {:.2}x {span}; at least {min}x required, or the curve cannot tell \
+                 reuse from no reuse",
+                s.cold_ratio
+            ));
+        }
+    }
+    if let Some(min) = a.min_speedup_of_ideal {
+        if s.speedup_of_ideal < min {
+            v.push(format!(
+                "prefill speedup {:.2}x is {:.0}% of the ideal {:.2}x (cold / warm prefilled tokens); at least {:.0}% \
+                 required",
+                s.prefill_speedup,
+                100.0 * s.speedup_of_ideal,
+                s.ideal_speedup,
+                100.0 * min
+            ));
+        }
+    }
+    if let Some(min) = a.min_reuse_fraction {
+        if s.reuse_fraction < min {
+            v.push(format!(
+                "{:.1}% of prompt tokens reused over turns 2..{}; at least {:.1}% required",
+                100.0 * s.reuse_fraction,
+                s.turns,
+                100.0 * min
+            ));
+        }
+    }
+    v
+}
+
+/// Whether any growth assertion is set.
+pub fn asserted(a: &Assertions) -> bool {
+    a.max_warm_ratio.is_some()
+        || a.min_cold_ratio.is_some()
+        || a.min_speedup_of_ideal.is_some()
+        || a.min_reuse_fraction.is_some()
+}
+
+/// A scenario's growth turns, in turn order.
+pub fn turns_of<'a>(trials: impl IntoIterator<Item = &'a TrialRecord>) -> Vec<GrowthTurn> {
+    let mut v: Vec<GrowthTurn> = trials.into_iter().filter_map(|t| t.growth.clone()).collect();
+    v.sort_by_key(|t| t.turn);
+    v
+}
+
+/// The summary of a growth scenario: its statistics (or why there are none) and the reasons it fails.
+pub fn assess(trials: &[&TrialRecord], a: &Assertions) -> (Option<GrowthStats>, Vec<String>) {
+    match analyze(&turns_of(trials.iter().copied()), a) {
+        Ok(s) => {
+            let reasons = s.violations.clone();
+            (Some(s), reasons)
+        }
+        Err(why) if asserted(a) => (None, vec![format!("growth assertions not evaluated: {why}")]),
+        Err(_) => (None, Vec::new()),
+    }
+}
+
+/// Whether a growth scenario's assertions failed.
+pub fn failed(s: Option<&GrowthStats>) -> bool {
+    s.is_some_and(|g| !g.violations.is_empty())
+}
+
+/// The checks of one turn: every warm repeat against the first cold run, the cold runs against each other (the
+/// control), and the reuse each warm repeat reported against the oracle.
+pub fn turn_checks(expected: Result<usize, String>, warm: &[Generation], cold: &[Generation]) -> Vec<CheckResult> {
+    let mut out = Vec::new();
+    let bad = warm.iter().enumerate().find_map(|(i, w)| tokens::first_divergence(w, &cold[0]).map(|d| (i, d)));
+    out.push(match bad {
+        None => CheckResult::pass(
+            CheckName::Tokens,
+            format!("{} tokens identical on {} warm repeat(s) and the cold run", warm[0].tokens.len(), warm.len()),
+        ),
+        Some((i, d)) => CheckResult::fail(CheckName::Tokens, format!("warm repeat {}: {}", i + 1, d.describe())),
+    });
+    out.push(match cold.get(1) {
+        Some(c1) => tokens::control(&cold[0], c1),
+        None => CheckResult::skipped(CheckName::Control, "one cold run per turn (params.cold_repeats = 1)"),
+    });
+    let colds: Vec<&Generation> = cold.iter().collect();
+    out.extend(reuse::check(expected, &warm[0], &colds));
+    if let Some((i, w)) = warm.iter().enumerate().skip(1).find(|(_, w)| w.reused != warm[0].reused) {
+        out.push(CheckResult::fail(
+            CheckName::Reuse,
+            format!(
+                "warm repeats disagree on reuse: #1 reused {:?}, #{} reused {:?} (same history)",
+                warm[0].reused,
+                i + 1,
+                w.reused
+            ),
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{median, Timing};
+
+    fn turn(turn: usize, context: usize, reused: usize, warm_ms: f64, cold_ms: f64) -> GrowthTurn {
+        let side = |prefilled: usize, ms: f64| Timing {
+            repeats: 3,
+            prefilled,
+            prefill_ms: ms * 0.8,
+            decode_ms: ms * 0.2,
+            wall_ms: ms,
+            wall_min_ms: ms,
+            wall_max_ms: ms,
+        };
+        GrowthTurn {
+            turn,
+            context,
+            new_tokens: context - reused,
+            reused,
+            expected_reuse: Some(reused),
+            emitted: 16,
+            warm: side(context - reused, warm_ms),
+            cold: side(context, cold_ms),
+        }
+    }
+
+    fn flat_curve() -> Vec<GrowthTurn> {
+        // turn 1 prefills everything; then 250 new tokens per turn, warm flat, cold linear in the context
+        let mut v = vec![turn(1, 270, 0, 900.0, 900.0)];
+        for t in 2..=12 {
+            let ctx = 270 + 250 * (t - 1);
+            v.push(turn(t, ctx, ctx - 250, 800.0 + (t % 2) as f64 * 10.0, ctx as f64 * 3.0));
+        }
+        v
+    }
+
+    #[test]
+    fn medians_ignore_one_slow_repeat() {
+        assert_eq!(median(&[1.0, 9.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(&[]), 0.0);
+        let t = Timing::from_runs(10, &[(1.0, 1.0, 2.0), (100.0, 1.0, 101.0), (2.0, 1.0, 3.0)]);
+        assert_eq!((t.prefill_ms, t.wall_ms, t.wall_min_ms, t.wall_max_ms), (2.0, 3.0, 2.0, 101.0));
+    }
+
+    #[test]
+    fn least_squares_recovers_a_line() {
+        let (m, b) = least_squares(&[(0.0, 1.0), (1.0, 3.0), (2.0, 5.0)]).expect("fit");
+        assert!((m - 2.0).abs() < 1e-12 && (b - 1.0).abs() < 1e-12);
+        assert!(least_squares(&[(1.0, 1.0), (1.0, 2.0)]).is_none());
+    }
+
+    #[test]
+    fn a_flat_warm_curve_passes_and_its_numbers_are_right() {
+        let a = Assertions {
+            max_warm_ratio: Some(1.2),
+            min_cold_ratio: Some(4.0),
+            min_reuse_fraction: Some(0.7),
+            min_speedup_of_ideal: Some(0.5),
+            ..Assertions::default()
+        };
+        let s = analyze(&flat_curve(), &a).expect("stats");
+        assert_eq!((s.context_first, s.context_last, s.turns), (520, 3020, 12));
+        assert!((s.warm_ratio - 1.0).abs() < 0.02, "{}", s.warm_ratio);
+        assert!((s.cold_ratio - 3020.0 / 520.0).abs() < 1e-9);
+        assert!((s.cold_slope_ms_per_ktok - 3000.0).abs() < 1e-6, "{}", s.cold_slope_ms_per_ktok);
+        assert!(s.warm_slope_ms_per_ktok.abs() < 5.0);
+        // ideal: sum of contexts over 11 turns of 250 prefilled each
+        let ctx_sum: usize = (2..=12).map(|t| 270 + 250 * (t - 1)).sum();
+        assert!((s.ideal_speedup - ctx_sum as f64 / (250.0 * 11.0)).abs() < 1e-9);
+        assert!(s.violations.is_empty(), "{:?}", s.violations);
+    }
+
+    #[test]
+    fn stopped_reuse_fails_the_reuse_fraction_and_the_warm_ratio() {
+        // reuse silently stops from turn 8 on: warm becomes cold
+        let mut v = flat_curve();
+        for t in v.iter_mut().skip(7) {
+            *t = turn(t.turn, t.context, 0, t.cold.wall_ms, t.cold.wall_ms);
+        }
+        let a = Assertions { max_warm_ratio: Some(1.2), min_reuse_fraction: Some(0.7), ..Assertions::default() };
+        let s = analyze(&v, &a).expect("stats");
+        assert_eq!(s.violations.len(), 2, "{:?}", s.violations);
+        assert!(s.violations[0].contains("warm per-turn wall time grew"), "{}", s.violations[0]);
+        assert!(s.violations[1].contains("of prompt tokens reused"), "{}", s.violations[1]);
+    }
+
+    #[test]
+    fn a_curve_with_a_gap_is_not_analyzed() {
+        let mut v = flat_curve();
+        v.remove(4);
+        let err = analyze(&v, &Assertions::default()).expect_err("gap");
+        assert!(err.contains("turn 5"), "{err}");
+        assert!(analyze(&v[..2], &Assertions::default()).is_err());
+    }
+
+    #[test]
+    fn a_curve_that_cannot_tell_is_flagged() {
+        let mut v = flat_curve();
+        for t in v.iter_mut() {
+            t.cold.wall_ms = 1000.0;
+        }
+        let a = Assertions { min_cold_ratio: Some(3.0), ..Assertions::default() };
+        let s = analyze(&v, &a).expect("stats");
+        assert!(s.violations.iter().any(|x| x.contains("cannot tell")), "{:?}", s.violations);
+    }
+}

@@ -1,0 +1,48 @@
+//! What a run produces, as data: trial records (one line of results.jsonl each), turn rows (turns.csv), and what
+//! they carry — check results, token divergences, state-diff summaries, growth and staleness outcomes, provenance
+//! references. The runner sends them to a `Sink` as they complete; checks produce them; reports read them.
+
+mod check_result;
+mod divergence;
+mod growth;
+mod provenance_ref;
+mod staleness;
+mod state;
+mod trial;
+mod turn_row;
+
+pub use check_result::{CheckName, CheckResult, Status, Verdict};
+pub use divergence::{printable, Divergence, NEAR_TIE};
+pub use growth::{median, GrowthTurn, Run, Timing};
+pub use provenance_ref::ProvenanceRef;
+pub use staleness::{Class, Hypothesis, Shape, StaleOutcome};
+pub use state::StateSummary;
+pub use trial::{TrialRecord, TrialTimings};
+pub use turn_row::TurnRow;
+
+use kvproof_engines::dump::StateDump;
+use kvproof_engines::state_diff::StateDiff;
+
+/// Where records go as they complete.
+pub trait Sink: Sync {
+    fn trial(&self, t: &TrialRecord);
+    fn turn(&self, row: &TurnRow);
+    /// Keep both dumps of a failing comparison and their diff (computed once, by the state check); returns where
+    /// (None: this sink keeps none).
+    fn provenance(
+        &self,
+        _case: &str,
+        _warm: &StateDump,
+        _cold: &StateDump,
+        _diff: &StateDiff,
+    ) -> Option<ProvenanceRef> {
+        None
+    }
+}
+
+/// A sink that keeps nothing (the caller uses the returned records).
+pub struct NullSink;
+impl Sink for NullSink {
+    fn trial(&self, _: &TrialRecord) {}
+    fn turn(&self, _: &TurnRow) {}
+}

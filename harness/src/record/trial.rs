@@ -1,0 +1,94 @@
+//! One trial: a compared turn (or a plan that could not run), with every check's result and what was measured.
+//! A line of results.jsonl; reports are rebuilt from these lines alone.
+
+use serde::{Deserialize, Serialize};
+
+use super::{CheckResult, Divergence, GrowthTurn, ProvenanceRef, StaleOutcome, StateSummary, Verdict};
+use crate::scenario::Kind;
+
+/// Milliseconds, as reports print them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct TrialTimings {
+    pub warm_ms: Option<f64>,
+    pub cold_ms: Option<f64>,
+    pub control_ms: Option<f64>,
+}
+
+/// One trial.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrialRecord {
+    pub scenario: String,
+    pub kind: Kind,
+    /// The case or conversation (e.g. "diverge-last", "conv-0007") and its index in the scenario.
+    pub plan: String,
+    pub plan_index: usize,
+    /// The turn (e.g. "turn 2") and its index in the plan.
+    pub step: String,
+    pub step_index: usize,
+    pub verdict: Verdict,
+    /// Whether the warm instance ran this turn before the cold one (pairs alternate).
+    pub warm_first: bool,
+    pub prompt_tokens: usize,
+    pub expected_reuse: Option<usize>,
+    pub reused: Option<usize>,
+    #[serde(default)]
+    pub warm_reply: Vec<u32>,
+    #[serde(default)]
+    pub cold_reply: Vec<u32>,
+    pub checks: Vec<CheckResult>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub divergence: Option<Divergence>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<StateSummary>,
+    /// What went wrong when the verdict is `error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The last lines the engine wrote on stderr before it died or hung.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_tail: Option<String>,
+    pub timings: TrialTimings,
+    /// Where both dumps and their diff were saved for this failing comparison, and the diff's headline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<ProvenanceRef>,
+    /// growth-curve: the turn's context, reuse and medians of warm and cold timings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub growth: Option<GrowthTurn>,
+    /// semantic-staleness: fresh, stale(context) or corrupt, and the hypotheses compared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staleness: Option<StaleOutcome>,
+}
+
+impl TrialRecord {
+    /// A trial with nothing decided yet (verdict `error` until checks say otherwise).
+    pub fn new(scenario: &str, kind: Kind, plan: &str, plan_index: usize, step: &str, step_index: usize) -> Self {
+        TrialRecord {
+            scenario: scenario.to_string(),
+            kind,
+            plan: plan.to_string(),
+            plan_index,
+            step: step.to_string(),
+            step_index,
+            verdict: Verdict::Error,
+            warm_first: true,
+            prompt_tokens: 0,
+            expected_reuse: None,
+            reused: None,
+            warm_reply: Vec::new(),
+            cold_reply: Vec::new(),
+            checks: Vec::new(),
+            divergence: None,
+            state: None,
+            error: None,
+            stderr_tail: None,
+            timings: TrialTimings::default(),
+            provenance: None,
+            growth: None,
+            staleness: None,
+        }
+    }
+
+    /// "plan / step", the trial's name in reports.
+    pub fn name(&self) -> String {
+        format!("{} / {}", self.plan, self.step)
+    }
+}

@@ -1,0 +1,194 @@
+//! Growth-curve passes. The conversation runs `repeats` times, each pass a whole conversation on its own warm
+//! instance, then `cold_repeats` cold passes run every turn's whole transcript on fresh instances. The first warm
+//! pass builds the transcript from its own replies; every other pass sends the same requests. Passes follow one
+//! another, so the repeats of a turn are far apart in time: a burst of load from another process slows one repeat
+//! of a turn, not all of them, and the median discards it. No warm turn runs right after a cold one, whose large
+//! state would have evicted the warm state from the caches.
+
+use super::instances::{Instances, Role, TurnRequest};
+use super::plan_state::PlanState;
+use super::Prepared;
+use crate::cases::Plan;
+use crate::check::{self, growth::turn_checks, tokens};
+use crate::driver::Generation;
+use crate::oracle::{fed_ids, Outcome};
+use crate::progress::Progress;
+use crate::record::{GrowthTurn, Run, Sink, Timing, TrialRecord, TrialTimings};
+use crate::scenario::{GrowthParams, Params};
+
+fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn run_of(g: &Generation) -> Run {
+    (ms(g.prefill), ms(g.decode), ms(g.wall))
+}
+
+/// Run the growth conversation of a prepared `growth-curve` scenario.
+pub fn run(p: &Prepared<'_>, sink: &dyn Sink, progress: &Progress) -> Vec<TrialRecord> {
+    let Params::GrowthCurve(params) = &p.scenario.params else {
+        return Vec::new();
+    };
+    let run_all = || {
+        let mut out = Vec::new();
+        for (i, plan) in p.plans.iter().enumerate() {
+            out.extend(run_plan(p, params, i, plan, sink, progress));
+        }
+        out
+    };
+    if params.threads == 0 {
+        return run_all();
+    }
+    // Rayon work the engine starts from inside `install` runs on this pool, not the global one.
+    match rayon::ThreadPoolBuilder::new().num_threads(params.threads).build() {
+        Ok(pool) => pool.install(run_all),
+        Err(e) => {
+            let why = format!("params.threads: cannot start a pool of {} thread(s): {e}", params.threads);
+            let mut out = Vec::new();
+            for (i, plan) in p.plans.iter().enumerate() {
+                abandon(p, (plan, i), &why, None, sink, progress, &mut out);
+            }
+            out
+        }
+    }
+}
+
+fn record(p: &Prepared<'_>, (plan, plan_index): (&Plan, usize), step_index: usize) -> TrialRecord {
+    let step = &plan.steps[step_index];
+    TrialRecord::new(&p.scenario.name, p.scenario.kind, &plan.name, plan_index, &step.label, step_index)
+}
+
+/// Error trials for every step: a curve with a hole measures nothing.
+fn abandon(
+    p: &Prepared<'_>,
+    at: (&Plan, usize),
+    why: &str,
+    tail: Option<&str>,
+    sink: &dyn Sink,
+    progress: &Progress,
+    out: &mut Vec<TrialRecord>,
+) {
+    for si in 0..at.0.steps.len() {
+        let mut r = record(p, at, si);
+        r.error = Some(why.to_string());
+        r.stderr_tail = tail.map(str::to_string);
+        sink.trial(&r);
+        out.push(r);
+        progress.inc(1);
+    }
+}
+
+/// One turn as the first warm pass built it: the request every pass sends, and what the oracle expects of it.
+struct Planned {
+    turn: TurnRequest,
+    expected: Result<usize, String>,
+    /// Prompt tokens beyond what the previous turn fed.
+    new_tokens: usize,
+}
+
+fn run_plan(
+    p: &Prepared<'_>,
+    params: &GrowthParams,
+    plan_index: usize,
+    plan: &Plan,
+    sink: &dyn Sink,
+    progress: &Progress,
+) -> Vec<TrialRecord> {
+    let at = (plan, plan_index);
+    let mut out = Vec::new();
+    let launcher = p.launcher.as_ref();
+    let rule = crate::oracle::rule_for(launcher.info(), launcher.caps());
+    let no_rule = format!("the harness has no reuse rule for arch `{}`", launcher.info().arch);
+    let mut inst = Instances::new(launcher, sink, &p.scenario.name, &plan.name, plan_index);
+    let mut ps = PlanState::new(plan, rule, 0);
+    let turns = plan.steps.len();
+    let mut planned: Vec<Planned> = Vec::with_capacity(turns);
+    let mut fed_before = 0usize;
+    // runs[turn] = (warm runs, cold runs), one of each per pass
+    let mut runs: Vec<(Vec<Generation>, Vec<Generation>)> = (0..turns).map(|_| (Vec::new(), Vec::new())).collect();
+
+    let schedule =
+        (0..params.repeats).map(|p| (p, Role::Warm)).chain((0..params.cold_repeats).map(|p| (p, Role::Cold)));
+    for (pass, role) in schedule {
+        if role == Role::Warm {
+            if let Err(e) = inst.launch_warm() {
+                let why = format!("warm instance #{}: {e}", pass + 1);
+                abandon(p, at, &why, e.stderr_tail(), sink, progress, &mut out);
+                return out;
+            }
+        }
+        for (si, step) in plan.steps.iter().enumerate() {
+            let building = role == Role::Warm && pass == 0;
+            let mut open_turn = None;
+            if building {
+                let prepared = match ps.prepare(plan, step) {
+                    Ok(t) => t,
+                    Err(why) => {
+                        abandon(p, at, &format!("cannot build the prompt: {why}"), None, sink, progress, &mut out);
+                        return out;
+                    }
+                };
+                let turn = prepared.turn.clone();
+                let expected = ps.expected(&turn.with_id(0)).ok_or_else(|| no_rule.clone());
+                let new_tokens = turn.prompt.len().saturating_sub(fed_before);
+                planned.push(Planned { turn, expected, new_tokens });
+                // the transcript goes on once this turn's warm reply is known (below)
+                open_turn = Some(prepared);
+            }
+            let turn = &planned[si].turn;
+            let sent = inst.send(role, si, pass, &format!("{} #{}", step.label, pass + 1), turn, false);
+            let g = match sent.result {
+                Ok(g) => g,
+                Err(e) => {
+                    let why = format!("turn {}: {} #{}: {e}", si + 1, role.name(), pass + 1);
+                    abandon(p, at, &why, e.stderr_tail(), sink, progress, &mut out);
+                    return out;
+                }
+            };
+            if let Some(prepared) = open_turn {
+                ps.after(&sent.request, Outcome::Completed { reply: &g.tokens });
+                fed_before = fed_ids(&sent.request.prompt, &g.tokens).len();
+                ps.finish(prepared, Some(&g.tokens));
+            }
+            match role {
+                Role::Warm => runs[si].0.push(g),
+                _ => runs[si].1.push(g),
+            }
+        }
+    }
+
+    for (si, (warm_runs, cold_runs)) in runs.iter().enumerate() {
+        let pl = &planned[si];
+        let prompt_len = pl.turn.prompt.len();
+        let w0 = &warm_runs[0];
+        let reused = w0.reused.unwrap_or(0);
+        let mut record = record(p, at, si);
+        record.warm_first = true;
+        record.prompt_tokens = prompt_len;
+        record.expected_reuse = pl.expected.as_ref().ok().copied();
+        record.reused = w0.reused;
+        record.warm_reply = w0.tokens.clone();
+        record.cold_reply = cold_runs[0].tokens.clone();
+        record.checks = turn_checks(pl.expected.clone(), warm_runs, cold_runs);
+        record.divergence = tokens::first_divergence(w0, &cold_runs[0]);
+        record.verdict = check::verdict(&record.checks);
+        let side = |v: &[Generation]| v.iter().map(run_of).collect::<Vec<_>>();
+        let warm = Timing::from_runs(prompt_len - reused.min(prompt_len), &side(warm_runs));
+        let cold = Timing::from_runs(prompt_len, &side(cold_runs));
+        record.timings = TrialTimings { warm_ms: Some(warm.wall_ms), cold_ms: Some(cold.wall_ms), control_ms: None };
+        record.growth = Some(GrowthTurn {
+            turn: si + 1,
+            context: prompt_len,
+            new_tokens: pl.new_tokens,
+            reused,
+            expected_reuse: record.expected_reuse,
+            emitted: w0.tokens.len(),
+            warm,
+            cold,
+        });
+        sink.trial(&record);
+        out.push(record);
+        progress.inc(1);
+    }
+    out
+}

@@ -1,0 +1,266 @@
+//! Paired turns (boundary matrices, stress pairs, semantic staleness): a warm instance lives through each plan;
+//! every compared turn is also run on a cold instance given that turn's prompt alone, and on a second cold
+//! instance (the control). Which of warm and cold runs first alternates from pair to pair. Plans run in parallel
+//! (rayon); every prompt is fixed by the scenario seed, so a run is repeatable.
+//!
+//! An instance that dies or hangs makes that trial an `error` (with its stderr tail); the warm instance is replaced
+//! by a fresh one and the plan goes on.
+
+use rayon::prelude::*;
+
+use super::instances::{Instances, Role, Sent};
+use super::plan_state::PlanState;
+use super::staleness;
+use super::Prepared;
+use crate::cases::{Plan, Step};
+use crate::check;
+use crate::check::turn::{self, TurnContext};
+use crate::driver::{Caps, Launcher};
+use crate::oracle::{Outcome, Rule};
+use crate::progress::Progress;
+use crate::provenance::capture::case_dir;
+use crate::record::{Sink, StateSummary, TrialRecord, TrialTimings, Verdict};
+use crate::scenario::Scenario;
+
+/// Looks at every request a plan sends (`kvproof investigate` and `kvproof dump` replay plans through it).
+pub trait Tap {
+    /// Dump the warm state after set-up turns too (compared turns are dumped whenever the engine can).
+    fn dump_setup_turns(&self) -> bool {
+        false
+    }
+    /// Request `sent` ran as part of step `step_index`.
+    fn sent(&mut self, _step_index: usize, _sent: &Sent) {}
+    /// Stop the plan after this step.
+    fn stop_after(&self) -> Option<usize> {
+        None
+    }
+}
+
+/// A tap that looks at nothing.
+pub struct NoTap;
+impl Tap for NoTap {}
+
+/// What every plan of one scenario shares.
+pub struct Paired<'a> {
+    pub scenario: &'a Scenario,
+    pub launcher: &'a dyn Launcher,
+    pub rule: Option<Rule>,
+    pub no_rule: String,
+    pub caps: Caps,
+    pub sink: &'a dyn Sink,
+    pub progress: &'a Progress,
+}
+
+impl<'a> Paired<'a> {
+    pub fn new(p: &'a Prepared<'a>, sink: &'a dyn Sink, progress: &'a Progress) -> Self {
+        let info = p.launcher.info();
+        Paired {
+            scenario: p.scenario,
+            launcher: p.launcher.as_ref(),
+            rule: crate::oracle::rule_for(info, p.launcher.caps()),
+            no_rule: format!("the harness has no reuse rule for arch `{}`", info.arch),
+            caps: p.launcher.caps().clone(),
+            sink,
+            progress,
+        }
+    }
+}
+
+/// Run every plan of a prepared scenario; records go to `sink` as they complete and are also returned.
+pub fn run(p: &Prepared<'_>, sink: &dyn Sink, progress: &Progress) -> Vec<TrialRecord> {
+    let ctx = Paired::new(p, sink, progress);
+    p.plans.par_iter().enumerate().flat_map_iter(|(i, plan)| run_plan(&ctx, i, plan, &mut NoTap)).collect()
+}
+
+impl Paired<'_> {
+    fn base_record(&self, plan: &Plan, plan_index: usize, step: &Step, step_index: usize) -> TrialRecord {
+        TrialRecord::new(&self.scenario.name, self.scenario.kind, &plan.name, plan_index, &step.label, step_index)
+    }
+
+    fn emit(&self, record: TrialRecord, out: &mut Vec<TrialRecord>) {
+        self.sink.trial(&record);
+        out.push(record);
+    }
+
+    /// Error trials for every compared step from `from` on: the plan cannot go further.
+    fn abandon(
+        &self,
+        (plan, plan_index): (&Plan, usize),
+        from: usize,
+        why: &str,
+        tail: Option<&str>,
+        out: &mut Vec<TrialRecord>,
+    ) {
+        for (si, step) in plan.steps.iter().enumerate().skip(from) {
+            self.progress.inc(1);
+            if step.compare {
+                let mut r = self.base_record(plan, plan_index, step, si);
+                r.error = Some(why.to_string());
+                r.stderr_tail = tail.map(str::to_string);
+                self.emit(r, out);
+            }
+        }
+    }
+}
+
+fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Run one plan on its own warm instance, showing every request to `tap`.
+pub fn run_plan(ctx: &Paired<'_>, plan_index: usize, plan: &Plan, tap: &mut dyn Tap) -> Vec<TrialRecord> {
+    let mut out = Vec::new();
+    let at = (plan, plan_index);
+    let assertions = ctx.scenario.assertions;
+    let mut inst = Instances::new(ctx.launcher, ctx.sink, &ctx.scenario.name, &plan.name, plan_index);
+    if let Err(e) = inst.launch_warm() {
+        ctx.abandon(at, 0, &format!("warm instance: {e}"), e.stderr_tail(), &mut out);
+        return out;
+    }
+    let mut ps = PlanState::new(plan, ctx.rule, ctx.caps.audio_frame_bytes.unwrap_or(0));
+    // What each warm request fed and got back (the stale context of a staleness plan is one of them).
+    let mut warm_turns: Vec<Option<(Vec<u32>, Vec<u32>)>> = Vec::with_capacity(plan.steps.len());
+
+    for (si, step) in plan.steps.iter().enumerate() {
+        if tap.stop_after().is_some_and(|last| si > last) {
+            break;
+        }
+        let prepared = match ps.prepare(plan, step) {
+            Ok(t) => t,
+            Err(why) => {
+                ctx.abandon(at, si, &format!("cannot build the prompt: {why}"), None, &mut out);
+                return out;
+            }
+        };
+        let turn = prepared.turn.clone();
+
+        if !step.compare {
+            let sent = inst.send(Role::Warm, si, 0, &step.label, &turn, ctx.caps.dumps && tap.dump_setup_turns());
+            tap.sent(si, &sent);
+            ctx.progress.inc(1);
+            match &sent.result {
+                Ok(g) => {
+                    ps.after(&sent.request, Outcome::Completed { reply: &g.tokens });
+                    warm_turns.push(Some((sent.request.prompt.clone(), g.tokens.clone())));
+                    ps.finish(prepared, Some(&g.tokens));
+                }
+                Err(e) => {
+                    // Everything after a failed set-up turn would test a state nobody planned.
+                    let why = format!("set-up {} failed on the warm instance: {e}", step.label);
+                    ctx.abandon(at, si + 1, &why, e.stderr_tail(), &mut out);
+                    return out;
+                }
+            }
+            continue;
+        }
+
+        let dumps = ctx.caps.dumps && assertions.state;
+        let warm_first = (plan_index + si) & 1 == 0;
+        let (warm, cold) = if warm_first {
+            let w = inst.send(Role::Warm, si, 0, &step.label, &turn, dumps);
+            (w, inst.send(Role::Cold, si, 0, &step.label, &turn, dumps))
+        } else {
+            let c = inst.send(Role::Cold, si, 0, &step.label, &turn, dumps);
+            (inst.send(Role::Warm, si, 0, &step.label, &turn, dumps), c)
+        };
+        let control = assertions.control.then(|| inst.send(Role::Control, si, 0, &step.label, &turn, false));
+        for s in std::iter::once(&warm).chain(Some(&cold)).chain(control.as_ref()) {
+            tap.sent(si, s);
+        }
+        let expected = ps.expected(&warm.request).ok_or_else(|| ctx.no_rule.clone());
+
+        let mut record = ctx.base_record(plan, plan_index, step, si);
+        record.warm_first = warm_first;
+        record.prompt_tokens = turn.prompt.len();
+        record.expected_reuse = expected.as_ref().ok().copied();
+        record.timings = TrialTimings {
+            warm_ms: warm.wall().map(ms),
+            cold_ms: cold.wall().map(ms),
+            control_ms: control.as_ref().and_then(Sent::wall).map(ms),
+        };
+        if let Ok(g) = &warm.result {
+            record.reused = g.reused;
+            record.warm_reply = g.tokens.clone();
+        }
+        if let Ok(g) = &cold.result {
+            record.cold_reply = g.tokens.clone();
+        }
+
+        let fatal = [Some(&warm), Some(&cold), control.as_ref()].into_iter().flatten().find_map(Sent::fatal);
+        if let Some((why, tail)) = fatal {
+            record.verdict = Verdict::Error;
+            record.error = Some(why);
+            record.stderr_tail = tail;
+        } else {
+            let no_dumps = if !ctx.caps.dumps {
+                Some("the engine offers no state dumps".to_string())
+            } else if !assertions.state {
+                Some("disabled by the scenario (assert.state)".to_string())
+            } else {
+                None
+            };
+            let cx = TurnContext {
+                request: &warm.request,
+                expect_refusal: step.expect_refusal,
+                expected: expected.clone(),
+                rule: ctx.rule,
+                no_dumps,
+                reuse_count: ctx.caps.reuse_count,
+            };
+            let mut assessed =
+                turn::assess(&cx, warm.observed(), cold.observed(), control.as_ref().map(Sent::observed));
+            assessed.checks.push(ps.memory_check(step, warm.observed().footprint(), cold.observed().footprint()));
+            if let Some(probe) = plan.stale {
+                let stale_turn = warm_turns.get(probe.step).cloned().flatten();
+                match staleness::classify_turn(&mut inst, si, probe, stale_turn, &warm, &cold, control.as_ref()) {
+                    Ok(Some((outcome, tokens_check))) => {
+                        if let Some(c) = assessed.checks.iter_mut().find(|c| c.check == tokens_check.check) {
+                            *c = tokens_check;
+                        }
+                        record.staleness = Some(outcome);
+                    }
+                    Ok(None) => {}
+                    Err((why, tail)) => {
+                        record.error = Some(why);
+                        record.stderr_tail = tail;
+                    }
+                }
+            }
+            record.verdict = if record.error.is_some() { Verdict::Error } else { check::verdict(&assessed.checks) };
+            if let (Verdict::Fail, Some(Ok(w)), Some(Ok(c)), Some(Ok(d))) =
+                (record.verdict, &warm.dump, &cold.dump, &assessed.diff)
+            {
+                let case = case_dir(&[&ctx.scenario.name, &record.plan, &record.step]);
+                record.provenance = ctx.sink.provenance(&case, w, c, d);
+            }
+            record.state = assessed.diff.as_ref().and_then(|d| d.as_ref().ok()).map(StateSummary::of);
+            record.checks = assessed.checks;
+            record.divergence = assessed.divergence;
+        }
+
+        // The warm slot now holds what this turn fed, or nothing usable.
+        let warm_lost = warm.instance_lost();
+        match &warm.result {
+            _ if warm_lost => ps.reset(),
+            Ok(g) => ps.after(&warm.request, Outcome::Completed { reply: &g.tokens }),
+            Err(e) => ps.after(&warm.request, Outcome::Failed { code: &e.code() }),
+        }
+        let reply = match (&warm.result, &cold.result) {
+            (Ok(g), _) | (Err(_), Ok(g)) => Some(g.tokens.clone()),
+            _ => None,
+        };
+        warm_turns.push(warm.result.as_ref().ok().map(|g| (warm.request.prompt.clone(), g.tokens.clone())));
+        ps.finish(prepared, reply.as_deref());
+        ctx.emit(record, &mut out);
+        ctx.progress.inc(1);
+
+        if warm_lost {
+            if let Err(e) = inst.launch_warm() {
+                let why = format!("warm instance could not be replaced: {e}");
+                ctx.abandon(at, si + 1, &why, e.stderr_tail(), &mut out);
+                return out;
+            }
+        }
+    }
+    out
+}

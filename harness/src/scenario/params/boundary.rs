@@ -1,0 +1,151 @@
+//! `params` of kind `boundary-matrix`: which edge cases of the reuse decision to run.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::{check_max_tokens, default_max_tokens};
+
+/// `kind: boundary-matrix`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoundaryParams {
+    /// The cases to run; absent means every case the engine's capabilities allow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cases: Option<Vec<CaseName>>,
+    /// Tokens generated per turn (greedy).
+    #[serde(default = "default_max_tokens")]
+    pub max_tokens: usize,
+    #[serde(default)]
+    pub slot: usize,
+}
+
+impl Default for BoundaryParams {
+    fn default() -> Self {
+        BoundaryParams { cases: None, max_tokens: default_max_tokens(), slot: 0 }
+    }
+}
+
+/// The boundary cases of the reuse decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CaseName {
+    /// The next chat turn: prompt + reply + new user text. Reuse is everything fed.
+    Extend,
+    /// The same prompt again: nothing left to prefill, so no reuse.
+    ExactRepeat,
+    /// A prompt shorter than what was fed: the state cannot be rewound.
+    Shorter,
+    /// Longer prompt that differs at the first fed id.
+    DivergeFirst,
+    /// Longer prompt that differs in the middle of what was fed.
+    DivergeMiddle,
+    /// Longer prompt that differs at the last fed id (the off-by-one memcmp boundary).
+    DivergeLast,
+    /// Exactly prompt + reply, plus one id: the last reply id was never fed, so reuse stops before it.
+    PromptReply,
+    /// A conversation longer than the sliding window, continued.
+    WindowWrap,
+    /// A continuation that grows the slot past its initial capacity: the record must survive the growth.
+    CapacityGrowth,
+    /// A turn carrying audio frames (never reused), then a turn after it (tainted: never reused).
+    AudioTaint,
+    /// A prompt past the context limit fails on warm and cold alike; the failed state is never reused.
+    ContextOverflow,
+    /// A request cancelled mid-prefill (at a fixed prefill poll), then a prompt extending it: the half-written
+    /// state is never reused; reuse resumes after the next completed turn.
+    CancelRetry,
+    /// A 20-turn conversation, every turn compared: reuse grows with the context and the state's bytes follow
+    /// its capacity, not the turn count.
+    GrowingConversation,
+    /// Continuations whose fed length sits on a 16-position block boundary and one off either side (deepseek's
+    /// compressed blocks, prefill segments).
+    BlockEdges,
+    /// Divergence at a chunk-grid boundary -2/-1/+0/+1/+2 and at the next two boundaries (glm53).
+    GridDiverge,
+    /// Exact repeats of a prompt just past a grid boundary and of one on it (glm53).
+    GridRepeat,
+    /// Ever shorter prefixes across grid boundaries (glm53).
+    GridShorter,
+    /// A reply that crosses a grid boundary, then the next turn: rows written by decode are never reused (glm53).
+    GridReply,
+    /// Two prompt lengths whose chunks would tile the shared prefix differently if chunking followed the length.
+    GridTiling,
+    /// Two conversations interleaved on slots 0 and 1, each pinned to its slot.
+    Interleave,
+    /// A conversation lands on the slot another one used: only their common opening is reused there.
+    SlotSwitch,
+    /// Requests on empty slots: with cross-slot sharing they adopt another slot's matching prefix.
+    Share,
+}
+
+impl CaseName {
+    pub const ALL: [CaseName; 22] = [
+        CaseName::Extend,
+        CaseName::ExactRepeat,
+        CaseName::Shorter,
+        CaseName::DivergeFirst,
+        CaseName::DivergeMiddle,
+        CaseName::DivergeLast,
+        CaseName::PromptReply,
+        CaseName::WindowWrap,
+        CaseName::CapacityGrowth,
+        CaseName::AudioTaint,
+        CaseName::ContextOverflow,
+        CaseName::CancelRetry,
+        CaseName::GrowingConversation,
+        CaseName::BlockEdges,
+        CaseName::GridDiverge,
+        CaseName::GridRepeat,
+        CaseName::GridShorter,
+        CaseName::GridReply,
+        CaseName::GridTiling,
+        CaseName::Interleave,
+        CaseName::SlotSwitch,
+        CaseName::Share,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CaseName::Extend => "extend",
+            CaseName::ExactRepeat => "exact-repeat",
+            CaseName::Shorter => "shorter",
+            CaseName::DivergeFirst => "diverge-first",
+            CaseName::DivergeMiddle => "diverge-middle",
+            CaseName::DivergeLast => "diverge-last",
+            CaseName::PromptReply => "prompt-reply",
+            CaseName::WindowWrap => "window-wrap",
+            CaseName::CapacityGrowth => "capacity-growth",
+            CaseName::AudioTaint => "audio-taint",
+            CaseName::ContextOverflow => "context-overflow",
+            CaseName::CancelRetry => "cancel-retry",
+            CaseName::GrowingConversation => "growing-conversation",
+            CaseName::BlockEdges => "block-edges",
+            CaseName::GridDiverge => "grid-diverge",
+            CaseName::GridRepeat => "grid-repeat",
+            CaseName::GridShorter => "grid-shorter",
+            CaseName::GridReply => "grid-reply",
+            CaseName::GridTiling => "grid-tiling",
+            CaseName::Interleave => "interleave",
+            CaseName::SlotSwitch => "slot-switch",
+            CaseName::Share => "share",
+        }
+    }
+}
+
+impl fmt::Display for CaseName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl BoundaryParams {
+    /// Range checks serde cannot express.
+    pub fn validate(&self) -> Result<(), String> {
+        check_max_tokens(self.max_tokens)?;
+        if self.cases.as_ref().is_some_and(Vec::is_empty) {
+            return Err("params.cases: must list at least one case (or be left out for all)".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,121 @@
+//! `params` of kind `growth-curve`: the conversation whose per-turn cost is measured.
+
+use serde::{Deserialize, Serialize};
+
+use super::{MAX_TOKENS, MAX_TURNS, MAX_USER_LEN};
+
+/// `kind: growth-curve`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrowthParams {
+    /// Turns of the conversation (at least 3: turn 1 has nothing to reuse).
+    #[serde(default = "default_turns")]
+    pub turns: usize,
+    /// User-text tokens of the first turn (sets where the curve starts).
+    #[serde(default = "default_opening")]
+    pub opening: usize,
+    /// User-text tokens of every later turn.
+    #[serde(default = "default_user_len")]
+    pub user_len: usize,
+    /// Reply tokens per turn (generated past eos, so every reply has this length).
+    #[serde(default = "default_max_tokens")]
+    pub max_tokens: usize,
+    /// Warm instances, each living through the whole conversation; each turn's warm time is their median.
+    #[serde(default = "default_repeats")]
+    pub repeats: usize,
+    /// Cold runs per turn; the cold time is their median.
+    #[serde(default = "one")]
+    pub cold_repeats: usize,
+    #[serde(default)]
+    pub slot: usize,
+    /// Threads a bundled engine computes with during the curve (0: all cores). One thread by default: a curve
+    /// measures how a turn's cost scales with the context, and a single thread shares the cores with other
+    /// processes evenly, while a fork-join over every core waits at each join for whichever thread the scheduler
+    /// preempted — under load that noise, not the context, decides the ratio. Engines behind a command are not
+    /// affected.
+    #[serde(default = "one")]
+    pub threads: usize,
+}
+
+fn default_turns() -> usize {
+    12
+}
+fn default_opening() -> usize {
+    256
+}
+fn default_user_len() -> usize {
+    200
+}
+fn default_max_tokens() -> usize {
+    16
+}
+fn default_repeats() -> usize {
+    3
+}
+fn one() -> usize {
+    1
+}
+
+impl Default for GrowthParams {
+    fn default() -> Self {
+        GrowthParams {
+            turns: default_turns(),
+            opening: default_opening(),
+            user_len: default_user_len(),
+            max_tokens: default_max_tokens(),
+            repeats: default_repeats(),
+            cold_repeats: 1,
+            slot: 0,
+            threads: 1,
+        }
+    }
+}
+
+pub const MAX_REPEATS: usize = 99;
+pub const MAX_THREADS: usize = 256;
+
+impl GrowthParams {
+    /// Range checks serde cannot express.
+    pub fn validate(&self) -> Result<(), String> {
+        let p = self;
+        if p.turns < 3 || p.turns > MAX_TURNS {
+            return Err(format!("params.turns: {} is not in 3..={MAX_TURNS}", p.turns));
+        }
+        for (name, v) in [("opening", p.opening), ("user_len", p.user_len)] {
+            if v == 0 || v > MAX_USER_LEN {
+                return Err(format!("params.{name}: {v} is not in 1..={MAX_USER_LEN}"));
+            }
+        }
+        if p.max_tokens == 0 || p.max_tokens > MAX_TOKENS {
+            return Err(format!("params.max_tokens: {} is not in 1..={MAX_TOKENS}", p.max_tokens));
+        }
+        for (name, v) in [("repeats", p.repeats), ("cold_repeats", p.cold_repeats)] {
+            if v == 0 || v > MAX_REPEATS {
+                return Err(format!("params.{name}: {v} is not in 1..={MAX_REPEATS}"));
+            }
+        }
+        if p.threads > MAX_THREADS {
+            return Err(format!("params.threads: {} is not in 0..={MAX_THREADS}", p.threads));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_names_the_field() {
+        assert!((GrowthParams::default()).validate().is_ok());
+        let e = (GrowthParams { turns: 2, ..GrowthParams::default() }).validate().expect_err("turns");
+        assert!(e.contains("params.turns"), "{e}");
+        let e = (GrowthParams { repeats: 0, ..GrowthParams::default() }).validate().expect_err("repeats");
+        assert!(e.contains("params.repeats"), "{e}");
+        let e = (GrowthParams { user_len: 0, ..GrowthParams::default() }).validate().expect_err("user_len");
+        assert!(e.contains("params.user_len"), "{e}");
+        let e = (GrowthParams { threads: 1000, ..GrowthParams::default() }).validate().expect_err("threads");
+        assert!(e.contains("params.threads"), "{e}");
+        assert!((GrowthParams { threads: 0, ..GrowthParams::default() }).validate().is_ok(), "0 = all cores");
+    }
+}

@@ -1,0 +1,139 @@
+//! `params` of kind `semantic-staleness`: which stale contexts to put in the warm instance's way, and how many
+//! cases of each.
+
+use serde::{Deserialize, Serialize};
+
+use super::{MAX_TOKENS, MAX_USER_LEN};
+
+/// The stale contexts a case can hold next to its current prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ContextName {
+    /// The slot's previous request: the same conversation with a different last user message (an edited and
+    /// re-sent question).
+    PreviousTurn,
+    /// The slot last served another conversation with the same opening (another user of a shared server).
+    OtherConversation,
+    /// Another slot holds a conversation with the same opening (slots must never mix).
+    OtherSlot,
+}
+
+impl ContextName {
+    pub const ALL: [ContextName; 3] =
+        [ContextName::PreviousTurn, ContextName::OtherConversation, ContextName::OtherSlot];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ContextName::PreviousTurn => "previous-turn",
+            ContextName::OtherConversation => "other-conversation",
+            ContextName::OtherSlot => "other-slot",
+        }
+    }
+}
+
+impl std::fmt::Display for ContextName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `kind: semantic-staleness`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StalenessParams {
+    /// Cases per stale context.
+    #[serde(default = "default_cases")]
+    pub cases: usize,
+    /// The stale contexts to run; absent means every one the engine can hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contexts: Option<Vec<ContextName>>,
+    /// User-message length range in tokens.
+    #[serde(default = "default_user_len")]
+    pub user_len: [usize; 2],
+    /// Reply tokens (generated past eos: every reply has this length).
+    #[serde(default = "default_max_tokens")]
+    pub max_tokens: usize,
+    /// The slot of the current conversation.
+    #[serde(default)]
+    pub slot: usize,
+    /// The slot holding the other conversation (`other-slot`).
+    #[serde(default = "default_other_slot")]
+    pub other_slot: usize,
+}
+
+fn default_cases() -> usize {
+    20
+}
+fn default_user_len() -> [usize; 2] {
+    [8, 40]
+}
+fn default_max_tokens() -> usize {
+    8
+}
+fn default_other_slot() -> usize {
+    1
+}
+
+impl Default for StalenessParams {
+    fn default() -> Self {
+        StalenessParams {
+            cases: default_cases(),
+            contexts: None,
+            user_len: default_user_len(),
+            max_tokens: default_max_tokens(),
+            slot: 0,
+            other_slot: default_other_slot(),
+        }
+    }
+}
+
+pub const MAX_CASES: usize = 100_000;
+
+impl StalenessParams {
+    /// Range checks serde cannot express.
+    pub fn validate(&self) -> Result<(), String> {
+        let p = self;
+        if p.cases == 0 || p.cases > MAX_CASES {
+            return Err(format!("params.cases: {} is not in 1..={MAX_CASES}", p.cases));
+        }
+        let [lo, hi] = p.user_len;
+        if lo == 0 || lo > hi || hi > MAX_USER_LEN {
+            return Err(format!("params.user_len: [{lo}, {hi}] must satisfy 1 <= min <= max <= {MAX_USER_LEN}"));
+        }
+        if p.max_tokens == 0 || p.max_tokens > MAX_TOKENS {
+            return Err(format!("params.max_tokens: {} is not in 1..={MAX_TOKENS}", p.max_tokens));
+        }
+        if let Some(c) = &p.contexts {
+            if c.is_empty() {
+                return Err("params.contexts: must list at least one context (or be left out for all)".into());
+            }
+        }
+        if p.slot == p.other_slot {
+            return Err(format!("params.other_slot: must differ from params.slot ({})", p.slot));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_names_the_field() {
+        assert!((StalenessParams::default()).validate().is_ok());
+        let e = (StalenessParams { cases: 0, ..StalenessParams::default() }).validate().expect_err("cases");
+        assert!(e.contains("params.cases"), "{e}");
+        let e = (StalenessParams { other_slot: 0, ..StalenessParams::default() }).validate().expect_err("slots");
+        assert!(e.contains("params.other_slot"), "{e}");
+        let e = (StalenessParams { contexts: Some(vec![]), ..StalenessParams::default() }).validate().expect_err("ctx");
+        assert!(e.contains("params.contexts"), "{e}");
+    }
+
+    #[test]
+    fn context_names_round_trip() {
+        for c in ContextName::ALL {
+            assert_eq!(serde_json::to_string(&c).expect("json"), format!("\"{}\"", c.name()));
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! `params` of kind `stress-pairs`: how many seeded random conversations, and their shape.
+
+use serde::{Deserialize, Serialize};
+
+use super::{check_max_tokens, default_max_tokens, MAX_TURNS, MAX_USER_LEN};
+
+pub const MAX_PAIRS: usize = 1_000_000;
+
+/// `kind: stress-pairs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StressParams {
+    /// Compared (warm, cold) pairs to run; conversations are generated until this many turns are compared.
+    #[serde(default = "default_pairs")]
+    pub pairs: usize,
+    /// Turns per conversation, inclusive range; every turn after the first is compared.
+    #[serde(default = "default_turns")]
+    pub turns: [usize; 2],
+    /// User-message length range in bytes; absent means derived from the engine so that conversations cross
+    /// the sliding window and the initial capacity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_len: Option<[usize; 2]>,
+    #[serde(default = "default_max_tokens")]
+    pub max_tokens: usize,
+    #[serde(default)]
+    pub slot: usize,
+}
+
+fn default_pairs() -> usize {
+    300
+}
+fn default_turns() -> [usize; 2] {
+    [2, 8]
+}
+
+impl Default for StressParams {
+    fn default() -> Self {
+        StressParams {
+            pairs: default_pairs(),
+            turns: default_turns(),
+            user_len: None,
+            max_tokens: default_max_tokens(),
+            slot: 0,
+        }
+    }
+}
+
+impl StressParams {
+    /// Range checks serde cannot express.
+    pub fn validate(&self) -> Result<(), String> {
+        check_max_tokens(self.max_tokens)?;
+        if self.pairs == 0 || self.pairs > MAX_PAIRS {
+            return Err(format!("params.pairs: {} is not in 1..={MAX_PAIRS}", self.pairs));
+        }
+        let [lo, hi] = self.turns;
+        if lo < 2 || lo > hi || hi > MAX_TURNS {
+            return Err(format!("params.turns: [{lo}, {hi}] must satisfy 2 <= min <= max <= {MAX_TURNS}"));
+        }
+        if let Some([lo, hi]) = self.user_len {
+            if lo == 0 || lo > hi || hi > MAX_USER_LEN {
+                return Err(format!("params.user_len: [{lo}, {hi}] must satisfy 1 <= min <= max <= {MAX_USER_LEN}"));
+            }
+        }
+        Ok(())
+    }
+}
