@@ -159,6 +159,25 @@ impl BaseConfig {
     }
 }
 
+/// `Deref`/`DerefMut` of an arch config (a struct with a `base: BaseConfig` field) to its base, so the shared
+/// fields read as the config's own (`c.hidden`).
+#[macro_export]
+macro_rules! derefs_to_base {
+    ($config:ty) => {
+        impl std::ops::Deref for $config {
+            type Target = $crate::config::BaseConfig;
+            fn deref(&self) -> &$crate::config::BaseConfig {
+                &self.base
+            }
+        }
+        impl std::ops::DerefMut for $config {
+            fn deref_mut(&mut self) -> &mut $crate::config::BaseConfig {
+                &mut self.base
+            }
+        }
+    };
+}
+
 /// The sliding window of a preset, for an arch with ring layers.
 pub fn preset_window(preset: Preset) -> usize {
     match preset {
@@ -168,11 +187,22 @@ pub fn preset_window(preset: Preset) -> usize {
     }
 }
 
-/// The config of one arch: the shared base plus the arch's own options (`config.json`, flat).
-pub trait ArchConfig: Clone + std::fmt::Debug + PartialEq + Serialize + serde::de::DeserializeOwned {
+/// The config of one arch: the shared base (which it derefs to) plus the arch's own options (`config.json`,
+/// flat).
+pub trait ArchConfig:
+    Clone
+    + std::fmt::Debug
+    + PartialEq
+    + Serialize
+    + serde::de::DeserializeOwned
+    + std::ops::Deref<Target = BaseConfig>
+    + std::ops::DerefMut
+{
     /// The arch's shape at `preset`.
     fn preset(preset: Preset) -> Self;
-    fn base(&self) -> &BaseConfig;
+    fn base(&self) -> &BaseConfig {
+        self
+    }
     /// The base checks, then the arch's own.
     fn validate(&self) -> std::result::Result<(), String> {
         self.base().validate()

@@ -154,6 +154,23 @@ impl Segment<'_> {
     }
 }
 
+/// One decode step: id `id` fed at `pos` as step `index` of request `req`, its rows written by `writer`.
+#[derive(Debug, Clone, Copy)]
+pub struct Step<'a> {
+    pub id: u32,
+    pub pos: usize,
+    pub index: usize,
+    pub req: &'a Request,
+    pub writer: Writer,
+}
+
+impl Step<'_> {
+    /// The one id fed, as a batch.
+    pub fn ids(&self) -> &[u32] {
+        std::slice::from_ref(&self.id)
+    }
+}
+
 /// The observer, as a segment that can be abandoned part way sees it.
 pub struct Progress<'a> {
     observer: &'a mut dyn Observer,
@@ -200,7 +217,7 @@ pub trait Arch: Send + Sync + Sized + 'static {
     /// Short hash of config + weights.
     fn hash(&self) -> &str;
     /// A fresh slot's layers, sized for `config().initial_capacity` positions.
-    fn new_layers(&self, fault: Option<Fault>) -> Self::Layers;
+    fn new_layers(&self) -> Self::Layers;
 
     /// The arch's fields of `EngineInfo` (audio, window, prompt grid) on top of the shared ones.
     fn info(&self, base: EngineInfo) -> EngineInfo {
@@ -272,16 +289,12 @@ pub trait Arch: Send + Sync + Sized + 'static {
         pos + 1
     }
 
-    /// Feed decoded id `id` at `pos` (decode step `step`); the logits after it.
-    #[allow(clippy::too_many_arguments)]
+    /// Feed one decoded id; the logits after it.
     fn decode_step(
         &self,
         slot: &mut Slot<Self::Layers>,
         decoding: &mut Self::Decoding,
-        id: u32,
-        pos: usize,
-        step: usize,
-        req: &Request,
+        step: &Step,
         fault: Option<Fault>,
     ) -> Vec<f32>;
 
@@ -292,6 +305,35 @@ pub trait Arch: Send + Sync + Sized + 'static {
 
     /// After decode, failed or not (glm53 forgets the rows of proposals that were never fed).
     fn after_decode(&self, _slot: &mut Slot<Self::Layers>) {}
+}
+
+/// The `Arch` items every model provides the same way, inside `impl Arch for Model`: its `Config` type, its slot
+/// layers, its decode state and its description; `build` is the model's own `build`, and `config` and `hash` read its
+/// `config` and `hash` fields.
+#[macro_export]
+macro_rules! model_parts {
+    ($layers:ty, $decoding:ty, $info:expr) => {
+        type Config = Config;
+        type Layers = $layers;
+        type Decoding = $decoding;
+        const INFO: $crate::engine_loop::ArchInfo = $info;
+
+        fn build(
+            config: Self::Config,
+            src: &mut dyn $crate::tensors::Source,
+            hash: String,
+        ) -> $crate::error::Result<Self> {
+            Model::build(config, src, hash)
+        }
+
+        fn config(&self) -> &$crate::config::BaseConfig {
+            &self.config.base
+        }
+
+        fn hash(&self) -> &str {
+            &self.hash
+        }
+    };
 }
 
 /// An engine of arch `A`: shared weights plus the state of its slots.
@@ -305,8 +347,7 @@ impl<A: Arch> BundledEngine<A> {
     pub fn new(arch: Arc<A>, fault: Option<Fault>) -> Self {
         let c = arch.config();
         let logits = if A::KEEPS_LOGITS { c.vocab } else { 0 };
-        let slots =
-            (0..c.slots).map(|_| Slot::new(arch.new_layers(fault), c.initial_capacity, logits, fault)).collect();
+        let slots = (0..c.slots).map(|_| Slot::new(arch.new_layers(), c.initial_capacity, logits, fault)).collect();
         BundledEngine { arch, fault, slots }
     }
 
@@ -453,8 +494,9 @@ impl<A: Arch> Engine for BundledEngine<A> {
         let capacity = slot.capacity;
         let records = arch.records_in_decode(fault);
         let mut decoding = A::Decoding::default();
-        let decoded = crate::decode::decode(logits, req, len, capacity, observer, |id, pos, step| {
-            let next = arch.decode_step(slot, &mut decoding, id, pos, step, req, fault);
+        let decoded = crate::decode::decode(logits, req, len, capacity, observer, |id, pos, index| {
+            let writer = Writer { request: req.id, kind: WriterKind::Decode { step: index as u32 } };
+            let next = arch.decode_step(slot, &mut decoding, &Step { id, pos, index, req, writer }, fault);
             if records {
                 slot.record.record(pos, &[id]);
             }

@@ -1,8 +1,10 @@
 //! kvproof-engines: the engines kvproof bundles, their shared core, and the stdio serve protocol.
 //!
-//! Layout: the shared core (`config`, `weights`, `fixture`, `tokenizer`, `chat`, `kernels`, `sampler`, `prefix`,
-//! `cache`, `moe`, `dump`, `engine`, `fault`), one folder per engine under `arch/`, the serve protocol under
-//! `serve/`, and `bundled` to open any of them by name.
+//! Layout: the shared core (`config`, `weights`, `tensors`, `fixture`, `tokenizer`, `chat`, `kernels`, `sampler`,
+//! `prefix`, `cache`, `moe`, `dump`, `state_diff`, `engine`, `fault`), the one request loop every bundled engine
+//! runs (`engine_loop`: `BundledEngine<A: Arch>`), one folder per arch under `arch/` (its config, weights, forward
+//! pass, slot state, reuse rule and fault hooks), the serve protocol under `serve/`, and `bundled` to open any of
+//! them by name.
 
 pub mod arch;
 pub mod bench;

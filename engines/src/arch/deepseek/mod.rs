@@ -15,11 +15,8 @@ mod state;
 pub use model::{Config, Model};
 use state::State;
 
-use crate::config::BaseConfig;
-use crate::dump::{Writer, WriterKind};
-use crate::engine::{EngineInfo, Request};
-use crate::engine_loop::{Arch, ArchInfo, Progress, Segment, Slot};
-use crate::error::Result;
+use crate::engine::EngineInfo;
+use crate::engine_loop::{Arch, ArchInfo, Progress, Segment, Slot, Step};
 use crate::fault::Fault;
 use forward::Batch;
 
@@ -34,24 +31,9 @@ pub const INFO: ArchInfo = ArchInfo {
 };
 
 impl Arch for Model {
-    type Config = Config;
-    type Layers = State;
-    type Decoding = ();
-    const INFO: ArchInfo = INFO;
+    crate::model_parts!(State, (), INFO);
 
-    fn build(config: Config, src: &mut dyn crate::tensors::Source, hash: String) -> Result<Self> {
-        Model::build(config, src, hash)
-    }
-
-    fn config(&self) -> &BaseConfig {
-        &self.config.base
-    }
-
-    fn hash(&self) -> &str {
-        &self.hash
-    }
-
-    fn new_layers(&self, _: Option<Fault>) -> State {
+    fn new_layers(&self) -> State {
         State::new(self)
     }
 
@@ -88,18 +70,8 @@ impl Arch for Model {
         }
     }
 
-    fn decode_step(
-        &self,
-        slot: &mut Slot<State>,
-        _: &mut (),
-        id: u32,
-        pos: usize,
-        step: usize,
-        req: &Request,
-        _: Option<Fault>,
-    ) -> Vec<f32> {
-        let writer = Writer { request: req.id, kind: WriterKind::Decode { step: step as u32 } };
-        let batch = Batch { ids: std::slice::from_ref(&id), pos0: pos, writer };
+    fn decode_step(&self, slot: &mut Slot<State>, _: &mut (), s: &Step, _: Option<Fault>) -> Vec<f32> {
+        let batch = Batch { ids: s.ids(), pos0: s.pos, writer: s.writer };
         // a decode step is never abandoned between layers (cancel is seen between tokens)
         self.forward(&mut slot.layers, &batch, &mut || false).unwrap_or_else(|_| vec![0.0; self.config.vocab])
     }

@@ -5,17 +5,14 @@
 //! overlapping blocks: 2·ratio state rows, each position contributing two halves), odd layers `4 · compress_ratio`
 //! without overlap.
 
-use std::ops::{Deref, DerefMut};
-
 use serde::{Deserialize, Serialize};
 
-use crate::arch::checkpoint_layout::{embedding, layer_prefix, moe, output_head};
+use crate::arch::checkpoint_layout::Stack;
 use crate::config::{preset_window, ArchConfig, BaseConfig, HashLayout, Preset};
 use crate::error::Result;
 use crate::fixture::Init;
 use crate::kernels::Rope;
-use crate::moe::Moe;
-use crate::tensors::{within, Source};
+use crate::tensors::Source;
 
 /// DeepSeek's config: the shared base plus its options.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -28,27 +25,12 @@ pub struct Config {
     pub compress_ratio: usize,
 }
 
-impl Deref for Config {
-    type Target = BaseConfig;
-    fn deref(&self) -> &BaseConfig {
-        &self.base
-    }
-}
-
-impl DerefMut for Config {
-    fn deref_mut(&mut self) -> &mut BaseConfig {
-        &mut self.base
-    }
-}
+crate::derefs_to_base!(Config);
 
 impl ArchConfig for Config {
     /// Every layer is window + compressor, ratio 4 (and 16 on odd layers).
     fn preset(p: Preset) -> Self {
         Config { base: BaseConfig::preset("deepseek", p), window: preset_window(p), compress_ratio: 4 }
-    }
-
-    fn base(&self) -> &BaseConfig {
-        &self.base
     }
 
     fn validate(&self) -> std::result::Result<(), String> {
@@ -91,11 +73,9 @@ impl Compressor {
     }
 }
 
-/// One transformer layer (`qd = heads · head_dim`, `kvd = kv_heads · head_dim`).
+/// A layer's attention (`qd = heads · head_dim`, `kvd = kv_heads · head_dim`).
 #[derive(Debug, Clone)]
-pub struct Layer {
-    /// `[hidden]`.
-    pub attn_norm: Vec<f32>,
+pub struct Attention {
     /// `[qd, hidden]`, `[kvd, hidden]`, `[kvd, hidden]`, `[hidden, qd]`.
     pub wq: Vec<f32>,
     pub wk: Vec<f32>,
@@ -105,21 +85,13 @@ pub struct Layer {
     pub q_norm: Vec<f32>,
     pub k_norm: Vec<f32>,
     pub comp: Compressor,
-    /// `[hidden]`.
-    pub ffn_norm: Vec<f32>,
-    pub moe: Moe,
 }
 
 /// The whole model; shared (`Arc`) by warm and cold instances.
 #[derive(Debug, Clone)]
 pub struct Model {
     pub config: Config,
-    /// `[vocab, hidden]`.
-    pub embed: Vec<f32>,
-    pub layers: Vec<Layer>,
-    /// `[hidden]`, `[vocab, hidden]`.
-    pub final_norm: Vec<f32>,
-    pub lm_head: Vec<f32>,
+    pub stack: Stack<Attention>,
     pub rope: Rope,
     /// Short hash of config + weights.
     pub hash: String,
@@ -144,14 +116,10 @@ impl Model {
     pub fn build(c: Config, src: &mut dyn Source, hash: String) -> Result<Model> {
         let (h, hd) = (c.hidden, c.head_dim);
         let (qd, kvd) = (c.heads * hd, c.kv_heads * hd);
-        let embed = embedding(src, &c)?;
-        let mut layers = Vec::with_capacity(c.layers);
-        for i in 0..c.layers {
-            let t = &mut within(src, layer_prefix(i));
+        let stack = Stack::build(src, &c, |t, i| {
             let (ratio, overlap) = (layer_ratio(&c, i), layer_overlap(&c, i));
             let coff = 1 + usize::from(overlap);
-            layers.push(Layer {
-                attn_norm: t.norm("input_layernorm.weight", h)?,
+            Ok(Attention {
                 wq: t.linear("self_attn.q_proj.weight", qd, h)?,
                 wk: t.linear("self_attn.k_proj.weight", kvd, h)?,
                 wv: t.linear("self_attn.v_proj.weight", kvd, h)?,
@@ -167,11 +135,8 @@ impl Model {
                     ape: t.take("self_attn.compressor.ape", &[ratio, coff * kvd], Init::Uniform(0.5))?,
                     norm: t.norm("self_attn.compressor.norm.weight", kvd)?,
                 },
-                ffn_norm: t.norm("post_attention_layernorm.weight", h)?,
-                moe: moe(t, &c)?,
-            });
-        }
-        let (final_norm, lm_head) = output_head(src, &c)?;
-        Ok(Model { embed, layers, final_norm, lm_head, rope: Rope::new(hd, c.rope_theta), hash, config: c })
+            })
+        })?;
+        Ok(Model { stack, rope: Rope::new(hd, c.rope_theta), hash, config: c })
     }
 }

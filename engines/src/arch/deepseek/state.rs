@@ -167,12 +167,13 @@ impl State {
         let kvd = c.kv_heads * c.head_dim;
         let window = c.window.min(c.max_ctx);
         let layers = model
+            .stack
             .layers
             .iter()
             .map(|l| LayerState {
                 k: RingCache::new(window, kvd),
                 v: RingCache::new(window, kvd),
-                comp: CompressorState::new(&l.comp, c.initial_capacity),
+                comp: CompressorState::new(&l.attn.comp, c.initial_capacity),
             })
             .collect();
         State { layers }

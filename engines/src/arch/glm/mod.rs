@@ -14,10 +14,9 @@ mod state;
 pub use model::{Config, Model};
 use state::State;
 
-use crate::config::BaseConfig;
 use crate::dump::{Writer, WriterKind};
 use crate::engine::Request;
-use crate::engine_loop::{Arch, ArchInfo, Progress, Segment, Slot, Start};
+use crate::engine_loop::{Arch, ArchInfo, Progress, Segment, Slot, Start, Step};
 use crate::error::Result;
 use crate::fault::Fault;
 use forward::Batch;
@@ -40,24 +39,9 @@ pub const INFO: ArchInfo = ArchInfo {
 };
 
 impl Arch for Model {
-    type Config = Config;
-    type Layers = State;
-    type Decoding = ();
-    const INFO: ArchInfo = INFO;
+    crate::model_parts!(State, (), INFO);
 
-    fn build(config: Config, src: &mut dyn crate::tensors::Source, hash: String) -> Result<Self> {
-        Model::build(config, src, hash)
-    }
-
-    fn config(&self) -> &BaseConfig {
-        &self.config.base
-    }
-
-    fn hash(&self) -> &str {
-        &self.hash
-    }
-
-    fn new_layers(&self, _: Option<Fault>) -> State {
+    fn new_layers(&self) -> State {
         State::new(&self.config)
     }
 
@@ -119,20 +103,10 @@ impl Arch for Model {
         }
     }
 
-    fn decode_step(
-        &self,
-        slot: &mut Slot<State>,
-        _: &mut (),
-        id: u32,
-        pos: usize,
-        step: usize,
-        req: &Request,
-        fault: Option<Fault>,
-    ) -> Vec<f32> {
-        let writer = Writer { request: req.id, kind: WriterKind::Decode { step: step as u32 } };
+    fn decode_step(&self, slot: &mut Slot<State>, _: &mut (), s: &Step, fault: Option<Fault>) -> Vec<f32> {
         // the slot's kv length after this id: decode attends to all of it
-        let kv_len = self.len_after(slot.len, pos, fault);
-        let batch = Batch { ids: std::slice::from_ref(&id), pos0: pos, writer, kv_len: Some(kv_len) };
+        let kv_len = self.len_after(slot.len, s.pos, fault);
+        let batch = Batch { ids: s.ids(), pos0: s.pos, writer: s.writer, kv_len: Some(kv_len) };
         self.forward(&mut slot.layers.kv, &batch)
     }
 }

@@ -3,16 +3,13 @@
 //! and `kv_b_proj` decompresses the latent into every head's key (nope part) and value at attention time.
 //! The FFN is a MoE with routed and shared experts.
 
-use std::ops::{Deref, DerefMut};
-
 use serde::{Deserialize, Serialize};
 
-use crate::arch::checkpoint_layout::{embedding, layer_prefix, moe, output_head};
+use crate::arch::checkpoint_layout::Stack;
 use crate::config::{ArchConfig, BaseConfig, HashLayout, Preset};
 use crate::error::Result;
 use crate::kernels::Rope;
-use crate::moe::Moe;
-use crate::tensors::{within, Source};
+use crate::tensors::Source;
 
 /// glm's config: the shared base plus its options.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -28,18 +25,7 @@ pub struct Config {
     pub kv_share: bool,
 }
 
-impl Deref for Config {
-    type Target = BaseConfig;
-    fn deref(&self) -> &BaseConfig {
-        &self.base
-    }
-}
-
-impl DerefMut for Config {
-    fn deref_mut(&mut self) -> &mut BaseConfig {
-        &mut self.base
-    }
-}
+crate::derefs_to_base!(Config);
 
 impl ArchConfig for Config {
     /// Four slots, MLA widths by preset, sharing off; MLA has no kv heads (the latent is shared by every head).
@@ -52,10 +38,6 @@ impl ArchConfig for Config {
             Preset::Bench => (128, 32),
         };
         Config { base, kv_lora, qk_rope, kv_share: false }
-    }
-
-    fn base(&self) -> &BaseConfig {
-        &self.base
     }
 
     fn validate(&self) -> std::result::Result<(), String> {
@@ -79,31 +61,26 @@ impl ArchConfig for Config {
     }
 }
 
-/// One transformer layer.
+/// A layer's MLA attention.
 #[derive(Debug, Clone)]
-pub struct Layer {
-    pub attn_norm: Vec<f32>,
+pub struct Attention {
     /// `[heads * (head_dim + qk_rope), hidden]`: per head, the nope part then the rope part.
     pub wq: Vec<f32>,
     /// `[kv_lora + qk_rope, hidden]`: the latent, then the shared rope key.
     pub wkv_a: Vec<f32>,
+    /// `[kv_lora]`.
     pub kv_norm: Vec<f32>,
     /// `[heads * 2 * head_dim, kv_lora]`: per head, `head_dim` key rows then `head_dim` value rows.
     pub wkv_b: Vec<f32>,
     /// `[hidden, heads * head_dim]`.
     pub wo: Vec<f32>,
-    pub ffn_norm: Vec<f32>,
-    pub moe: Moe,
 }
 
 /// The whole model; shared (`Arc`) by warm and cold instances.
 #[derive(Debug, Clone)]
 pub struct Model {
     pub config: Config,
-    pub embed: Vec<f32>,
-    pub layers: Vec<Layer>,
-    pub final_norm: Vec<f32>,
-    pub lm_head: Vec<f32>,
+    pub stack: Stack<Attention>,
     /// Rotary embedding of the `qk_rope` dims (queries per head, the one shared key).
     pub rope: Rope,
     /// Short hash of config + weights.
@@ -114,22 +91,15 @@ impl Model {
     /// The model from `src`, every tensor named once, in checkpoint order.
     pub fn build(c: Config, src: &mut dyn Source, hash: String) -> Result<Model> {
         let (h, hd) = (c.hidden, c.head_dim);
-        let embed = embedding(src, &c)?;
-        let mut layers = Vec::with_capacity(c.layers);
-        for i in 0..c.layers {
-            let t = &mut within(src, layer_prefix(i));
-            layers.push(Layer {
-                attn_norm: t.norm("input_layernorm.weight", h)?,
+        let stack = Stack::build(src, &c, |t, _| {
+            Ok(Attention {
                 wq: t.linear("self_attn.q_proj.weight", c.heads * (hd + c.qk_rope), h)?,
                 wkv_a: t.linear("self_attn.kv_a_proj_with_mqa.weight", c.kv_lora + c.qk_rope, h)?,
                 kv_norm: t.norm("self_attn.kv_a_layernorm.weight", c.kv_lora)?,
                 wkv_b: t.linear("self_attn.kv_b_proj.weight", c.heads * 2 * hd, c.kv_lora)?,
                 wo: t.linear("self_attn.o_proj.weight", h, c.heads * hd)?,
-                ffn_norm: t.norm("post_attention_layernorm.weight", h)?,
-                moe: moe(t, &c)?,
-            });
-        }
-        let (final_norm, lm_head) = output_head(src, &c)?;
-        Ok(Model { embed, layers, final_norm, lm_head, rope: Rope::new(c.qk_rope, c.rope_theta), hash, config: c })
+            })
+        })?;
+        Ok(Model { stack, rope: Rope::new(c.qk_rope, c.rope_theta), hash, config: c })
     }
 }

@@ -24,10 +24,9 @@ pub use chunks::plan;
 pub use model::{Config, Model};
 use state::State;
 
-use crate::config::BaseConfig;
 use crate::dump::{Writer, WriterKind};
 use crate::engine::{EngineInfo, Request};
-use crate::engine_loop::{Arch, ArchInfo, Progress, Segment, Slot, Start};
+use crate::engine_loop::{Arch, ArchInfo, Progress, Segment, Slot, Start, Step};
 use crate::error::Result;
 use crate::fault::Fault;
 use crate::prefix::{Decision, NoReuse};
@@ -70,15 +69,8 @@ impl Default for Decoding {
 
 /// Feed `id` at `pos` through the main model's decode path together with the drafter's proposals after it, in
 /// one verification batch; returns the logits after `id` and the verified proposals.
-fn verify(
-    model: &Model,
-    st: &mut Slot<State>,
-    req: &Request,
-    id: u32,
-    pos: usize,
-    step: usize,
-    want: usize,
-) -> (Vec<f32>, Vec<Verified>) {
+fn verify(model: &Model, st: &mut Slot<State>, s: &Step, want: usize) -> (Vec<f32>, Vec<Verified>) {
+    let (req, id, pos, step) = (s.req, s.id, s.pos, s.index);
     let writer = |j: usize| Writer { request: req.id, kind: WriterKind::Decode { step: (step + j) as u32 } };
     // proposals past the slot's capacity, or past the last id this request could still feed, are never used
     let room = st.capacity.saturating_sub(pos + 1);
@@ -102,26 +94,11 @@ fn verify(
 }
 
 impl Arch for Model {
-    type Config = Config;
-    type Layers = State;
-    type Decoding = Decoding;
-    const INFO: ArchInfo = INFO;
+    crate::model_parts!(State, Decoding, INFO);
     /// Reuse never reaches the whole prompt (it is bounded by prompt length - 1): no logits are kept.
     const KEEPS_LOGITS: bool = false;
 
-    fn build(config: Config, src: &mut dyn crate::tensors::Source, hash: String) -> Result<Self> {
-        Model::build(config, src, hash)
-    }
-
-    fn config(&self) -> &BaseConfig {
-        &self.config.base
-    }
-
-    fn hash(&self) -> &str {
-        &self.hash
-    }
-
-    fn new_layers(&self, _: Option<Fault>) -> State {
+    fn new_layers(&self) -> State {
         State::new(&self.config)
     }
 
@@ -204,18 +181,9 @@ impl Arch for Model {
 
     /// A proposal the main model already verified at this position is taken as it is; otherwise `id` starts a
     /// new verification batch.
-    fn decode_step(
-        &self,
-        slot: &mut Slot<State>,
-        d: &mut Decoding,
-        id: u32,
-        pos: usize,
-        step: usize,
-        req: &Request,
-        _: Option<Fault>,
-    ) -> Vec<f32> {
+    fn decode_step(&self, slot: &mut Slot<State>, d: &mut Decoding, s: &Step, _: Option<Fault>) -> Vec<f32> {
         match d.verified.front() {
-            Some(v) if v.pos == pos && v.id == id => {
+            Some(v) if v.pos == s.pos && v.id == s.id => {
                 slot.layers.accepted += 1;
                 d.verified.pop_front().map(|v| v.logits).unwrap_or_default()
             }
@@ -223,7 +191,7 @@ impl Arch for Model {
                 if d.proposed > 0 {
                     d.want = (d.proposed - d.verified.len() + 1).min(drafter::DRAFT_TOKENS);
                 }
-                let (next, more) = verify(self, slot, req, id, pos, step, d.want);
+                let (next, more) = verify(self, slot, s, d.want);
                 d.proposed = more.len();
                 slot.layers.drafted += more.len();
                 d.verified = more.into();

@@ -1,8 +1,6 @@
 //! glm53's config and weights: GQA attention whose rows are cached whole per position (full caches), a MoE FFN,
 //! and a small MTP drafter (its own attention + dense FFN layers over the main model's embeddings and lm head).
 
-use std::ops::{Deref, DerefMut};
-
 use serde::{Deserialize, Serialize};
 
 use crate::arch::checkpoint_layout::{embedding, expert, layer_prefix, moe, output_head};
@@ -32,18 +30,7 @@ pub struct Config {
     pub prefix_cache: bool,
 }
 
-impl Deref for Config {
-    type Target = BaseConfig;
-    fn deref(&self) -> &BaseConfig {
-        &self.base
-    }
-}
-
-impl DerefMut for Config {
-    fn deref_mut(&mut self) -> &mut BaseConfig {
-        &mut self.base
-    }
-}
+crate::derefs_to_base!(Config);
 
 impl ArchConfig for Config {
     /// One slot (seed 004 caches one conversation), a grid the prefill chunk follows, and a 1-layer drafter.
@@ -55,10 +42,6 @@ impl ArchConfig for Config {
         };
         let base = BaseConfig { slots: 1, prefill_chunk: prompt_rows, ..BaseConfig::preset("glm53", p) };
         Config { base, prompt_rows, draft_layers: 1, prefix_cache: true }
-    }
-
-    fn base(&self) -> &BaseConfig {
-        &self.base
     }
 
     fn hash_layout(&self) -> HashLayout {

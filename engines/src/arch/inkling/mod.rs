@@ -13,9 +13,8 @@ mod state;
 pub use model::{Config, Model};
 use state::State;
 
-use crate::config::BaseConfig;
 use crate::engine::{EngineInfo, Request};
-use crate::engine_loop::{Arch, ArchInfo, AudioRows, Progress, Segment, Slot, Start};
+use crate::engine_loop::{Arch, ArchInfo, AudioRows, Progress, Segment, Slot, Start, Step};
 use crate::error::{EngineError, Result};
 use crate::fault::Fault;
 use crate::prefix::{Decision, NoReuse};
@@ -41,25 +40,10 @@ pub const INFO: ArchInfo = ArchInfo {
 };
 
 impl Arch for Model {
-    type Config = Config;
-    type Layers = State;
-    type Decoding = ();
-    const INFO: ArchInfo = INFO;
+    crate::model_parts!(State, (), INFO);
     const REFUSES_OVERFLOW: bool = false;
 
-    fn build(config: Config, src: &mut dyn crate::tensors::Source, hash: String) -> Result<Self> {
-        Model::build(config, src, hash)
-    }
-
-    fn config(&self) -> &BaseConfig {
-        &self.config.base
-    }
-
-    fn hash(&self) -> &str {
-        &self.hash
-    }
-
-    fn new_layers(&self, _: Option<Fault>) -> State {
+    fn new_layers(&self) -> State {
         State::new(&self.config)
     }
 
@@ -120,19 +104,8 @@ impl Arch for Model {
         }
     }
 
-    fn decode_step(
-        &self,
-        slot: &mut Slot<State>,
-        _: &mut (),
-        id: u32,
-        pos: usize,
-        step: usize,
-        req: &Request,
-        fault: Option<Fault>,
-    ) -> Vec<f32> {
-        let writer =
-            crate::dump::Writer { request: req.id, kind: crate::dump::WriterKind::Decode { step: step as u32 } };
-        let batch = Batch { ids: std::slice::from_ref(&id), audio: vec![None], pos0: pos, writer };
+    fn decode_step(&self, slot: &mut Slot<State>, _: &mut (), s: &Step, fault: Option<Fault>) -> Vec<f32> {
+        let batch = Batch { ids: s.ids(), audio: vec![None], pos0: s.pos, writer: s.writer };
         self.forward(&mut slot.layers, &batch, fault)
     }
 }

@@ -2,17 +2,14 @@
 //! global layers (full caches) about 5:1, a MoE FFN, and an audio projection mixing frame payloads into the
 //! embedding.
 
-use std::ops::{Deref, DerefMut};
-
 use serde::{Deserialize, Serialize};
 
-use crate::arch::checkpoint_layout::{embedding, layer_prefix, moe, output_head};
+use crate::arch::checkpoint_layout::Stack;
 use crate::config::{preset_window, ArchConfig, BaseConfig, HashLayout, Preset};
 use crate::error::Result;
 use crate::fixture::Init;
 use crate::kernels::Rope;
-use crate::moe::Moe;
-use crate::tensors::{within, Source};
+use crate::tensors::Source;
 
 fn yes() -> bool {
     true
@@ -40,18 +37,7 @@ pub struct Config {
     pub audio_frame_bytes: usize,
 }
 
-impl Deref for Config {
-    type Target = BaseConfig;
-    fn deref(&self) -> &BaseConfig {
-        &self.base
-    }
-}
-
-impl DerefMut for Config {
-    fn deref_mut(&mut self) -> &mut BaseConfig {
-        &mut self.base
-    }
-}
+crate::derefs_to_base!(Config);
 
 impl Config {
     /// Whether layer `i` is a global (full-attention) layer.
@@ -73,10 +59,6 @@ impl ArchConfig for Config {
         }
     }
 
-    fn base(&self) -> &BaseConfig {
-        &self.base
-    }
-
     fn hash_layout(&self) -> HashLayout {
         HashLayout {
             window: self.window,
@@ -89,12 +71,11 @@ impl ArchConfig for Config {
     }
 }
 
-/// One transformer layer (`qd = heads · head_dim`, `kvd = kv_heads · head_dim`).
+/// A layer's attention (`qd = heads · head_dim`, `kvd = kv_heads · head_dim`).
 #[derive(Debug, Clone)]
-pub struct Layer {
+pub struct Attention {
+    /// Global (full cache) or sliding (ring).
     pub global: bool,
-    /// `[hidden]`.
-    pub attn_norm: Vec<f32>,
     /// `[qd, hidden]`, `[kvd, hidden]`, `[kvd, hidden]`, `[hidden, qd]`.
     pub wq: Vec<f32>,
     pub wk: Vec<f32>,
@@ -106,23 +87,15 @@ pub struct Layer {
     /// Depthwise short convolution over time, `[conv_kernel, kvd]` (oldest tap first; empty without a kernel).
     pub conv_k: Vec<f32>,
     pub conv_v: Vec<f32>,
-    /// `[hidden]`.
-    pub ffn_norm: Vec<f32>,
-    pub moe: Moe,
 }
 
 /// The whole model; shared (`Arc`) by warm and cold instances.
 #[derive(Debug, Clone)]
 pub struct Model {
     pub config: Config,
-    /// `[vocab, hidden]`.
-    pub embed: Vec<f32>,
+    pub stack: Stack<Attention>,
     /// `[hidden, audio_frame_bytes]` (empty without audio).
     pub audio_proj: Vec<f32>,
-    pub layers: Vec<Layer>,
-    /// `[hidden]`, `[vocab, hidden]`.
-    pub final_norm: Vec<f32>,
-    pub lm_head: Vec<f32>,
     pub rope: Rope,
     /// Short hash of config + weights.
     pub hash: String,
@@ -133,26 +106,17 @@ impl Model {
     pub fn build(c: Config, src: &mut dyn Source, hash: String) -> Result<Model> {
         let (h, hd) = (c.hidden, c.head_dim);
         let (qd, kvd) = (c.heads * hd, c.kv_heads * hd);
-        let embed = embedding(src, &c)?;
-        let audio_proj = if c.audio_frame_bytes > 0 {
-            src.linear("model.audio_proj.weight", h, c.audio_frame_bytes)?
-        } else {
-            Vec::new()
+        let conv_init = Init::Uniform((3.0 / c.conv_kernel.max(1) as f32).sqrt());
+        let conv = |t: &mut dyn Source, name: &str| {
+            if c.conv_kernel > 0 {
+                t.take(name, &[c.conv_kernel, kvd], conv_init)
+            } else {
+                Ok(Vec::new())
+            }
         };
-        let mut layers = Vec::with_capacity(c.layers);
-        for i in 0..c.layers {
-            let t = &mut within(src, layer_prefix(i));
-            let conv_init = Init::Uniform((3.0 / c.conv_kernel.max(1) as f32).sqrt());
-            let conv = |t: &mut dyn Source, name: &str| {
-                if c.conv_kernel > 0 {
-                    t.take(name, &[c.conv_kernel, kvd], conv_init)
-                } else {
-                    Ok(Vec::new())
-                }
-            };
-            layers.push(Layer {
+        let stack = Stack::build(src, &c, |t, i| {
+            Ok(Attention {
                 global: c.is_global(i),
-                attn_norm: t.norm("input_layernorm.weight", h)?,
                 wq: t.linear("self_attn.q_proj.weight", qd, h)?,
                 wk: t.linear("self_attn.k_proj.weight", kvd, h)?,
                 wv: t.linear("self_attn.v_proj.weight", kvd, h)?,
@@ -161,11 +125,13 @@ impl Model {
                 k_norm: t.norm("self_attn.k_norm.weight", hd)?,
                 conv_k: conv(t, "self_attn.k_conv.weight")?,
                 conv_v: conv(t, "self_attn.v_conv.weight")?,
-                ffn_norm: t.norm("post_attention_layernorm.weight", h)?,
-                moe: moe(t, &c)?,
-            });
-        }
-        let (final_norm, lm_head) = output_head(src, &c)?;
-        Ok(Model { embed, audio_proj, layers, final_norm, lm_head, rope: Rope::new(hd, c.rope_theta), hash, config: c })
+            })
+        })?;
+        let audio_proj = if c.audio_frame_bytes > 0 {
+            src.linear("model.audio_proj.weight", h, c.audio_frame_bytes)?
+        } else {
+            Vec::new()
+        };
+        Ok(Model { stack, audio_proj, rope: Rope::new(hd, c.rope_theta), hash, config: c })
     }
 }

@@ -13,11 +13,8 @@ mod state;
 pub use model::{Config, Model};
 use state::State;
 
-use crate::config::BaseConfig;
-use crate::dump::{Writer, WriterKind};
 use crate::engine::Request;
-use crate::engine_loop::{Arch, ArchInfo, Progress, Segment, Slot, Start};
-use crate::error::Result;
+use crate::engine_loop::{Arch, ArchInfo, Progress, Segment, Slot, Start, Step};
 use crate::fault::Fault;
 use crate::prefix::{Decision, NoReuse};
 use forward::Batch;
@@ -33,24 +30,9 @@ pub const INFO: ArchInfo = ArchInfo {
 };
 
 impl Arch for Model {
-    type Config = Config;
-    type Layers = State;
-    type Decoding = ();
-    const INFO: ArchInfo = INFO;
+    crate::model_parts!(State, (), INFO);
 
-    fn build(config: Config, src: &mut dyn crate::tensors::Source, hash: String) -> Result<Self> {
-        Model::build(config, src, hash)
-    }
-
-    fn config(&self) -> &BaseConfig {
-        &self.config.base
-    }
-
-    fn hash(&self) -> &str {
-        &self.hash
-    }
-
-    fn new_layers(&self, _: Option<Fault>) -> State {
+    fn new_layers(&self) -> State {
         State::new(self)
     }
 
@@ -96,17 +78,7 @@ impl Arch for Model {
         Some(self.forward(&mut slot.layers, &Batch { ids: seg.ids, pos0: seg.pos0, writer: seg.writer }))
     }
 
-    fn decode_step(
-        &self,
-        slot: &mut Slot<State>,
-        _: &mut (),
-        id: u32,
-        pos: usize,
-        step: usize,
-        req: &Request,
-        _: Option<Fault>,
-    ) -> Vec<f32> {
-        let writer = Writer { request: req.id, kind: WriterKind::Decode { step: step as u32 } };
-        self.forward(&mut slot.layers, &Batch { ids: std::slice::from_ref(&id), pos0: pos, writer })
+    fn decode_step(&self, slot: &mut Slot<State>, _: &mut (), s: &Step, _: Option<Fault>) -> Vec<f32> {
+        self.forward(&mut slot.layers, &Batch { ids: s.ids(), pos0: s.pos, writer: s.writer })
     }
 }

@@ -2,15 +2,12 @@
 //! a per-channel decay, a matrix state per head and short convolutions on q/k/v — and every `mla_every`-th layer
 //! and the last are gated MLA without rope (NoPE), caching one latent row per position. MoE FFN everywhere.
 
-use std::ops::{Deref, DerefMut};
-
 use serde::{Deserialize, Serialize};
 
-use crate::arch::checkpoint_layout::{embedding, layer_prefix, moe, output_head};
+use crate::arch::checkpoint_layout::Stack;
 use crate::config::{ArchConfig, BaseConfig, HashLayout, Preset};
 use crate::error::Result;
 use crate::fixture::Init;
-use crate::moe::Moe;
 use crate::tensors::{within, Source};
 
 /// Kimi's config: the shared base plus its options.
@@ -27,18 +24,7 @@ pub struct Config {
     pub mla_every: usize,
 }
 
-impl Deref for Config {
-    type Target = BaseConfig;
-    fn deref(&self) -> &BaseConfig {
-        &self.base
-    }
-}
-
-impl DerefMut for Config {
-    fn deref_mut(&mut self) -> &mut BaseConfig {
-        &mut self.base
-    }
-}
+crate::derefs_to_base!(Config);
 
 impl ArchConfig for Config {
     /// KDA + MLA (NoPE) with a latent of half the hidden width, MLA every 4th layer; MLA has no kv heads.
@@ -46,10 +32,6 @@ impl ArchConfig for Config {
         let base = BaseConfig::preset("kimi", p);
         let base = BaseConfig { kv_heads: base.heads, ..base };
         Config { conv_kernel: 4, kv_lora: base.hidden / 2, mla_every: 4, base }
-    }
-
-    fn base(&self) -> &BaseConfig {
-        &self.base
     }
 
     fn validate(&self) -> std::result::Result<(), String> {
@@ -118,22 +100,11 @@ pub enum Mixer {
     Mla(Mla),
 }
 
-#[derive(Debug, Clone)]
-pub struct Layer {
-    pub attn_norm: Vec<f32>,
-    pub mixer: Mixer,
-    pub ffn_norm: Vec<f32>,
-    pub moe: Moe,
-}
-
-/// The whole model; shared (`Arc`) by warm and cold instances.
+/// The whole model; shared (`Arc`) by warm and cold instances. A block's `attn` is its mixer.
 #[derive(Debug, Clone)]
 pub struct Model {
     pub config: Config,
-    pub embed: Vec<f32>,
-    pub layers: Vec<Layer>,
-    pub final_norm: Vec<f32>,
-    pub lm_head: Vec<f32>,
+    pub stack: Stack<Mixer>,
     /// Short hash of config + weights.
     pub hash: String,
 }
@@ -159,13 +130,9 @@ impl Model {
     pub fn build(c: Config, src: &mut dyn Source, hash: String) -> Result<Model> {
         let (h, hd) = (c.hidden, c.head_dim);
         let qd = c.heads * hd;
-        let embed = embedding(src, &c)?;
-        let mut layers = Vec::with_capacity(c.layers);
-        for i in 0..c.layers {
-            let t = &mut within(src, layer_prefix(i));
-            let attn_norm = t.norm("input_layernorm.weight", h)?;
+        let stack = Stack::build(src, &c, |t, i| {
             let a = &mut within(t, "self_attn.");
-            let mixer = if is_mla(&c, i) {
+            Ok(if is_mla(&c, i) {
                 let wq = a.linear("q_proj.weight", qd, h)?;
                 let w_dkv = a.linear("kv_a_proj.weight", c.kv_lora, h)?;
                 let kv_norm = a.norm("kv_a_norm.weight", c.kv_lora)?;
@@ -202,15 +169,8 @@ impl Model {
                     o_norm: a.norm("o_norm.weight", hd)?,
                     wo: a.linear("o_proj.weight", h, qd)?,
                 })
-            };
-            layers.push(Layer {
-                attn_norm,
-                mixer,
-                ffn_norm: t.norm("post_attention_layernorm.weight", h)?,
-                moe: moe(t, &c)?,
-            });
-        }
-        let (final_norm, lm_head) = output_head(src, &c)?;
-        Ok(Model { embed, layers, final_norm, lm_head, hash, config: c })
+            })
+        })?;
+        Ok(Model { stack, hash, config: c })
     }
 }

@@ -80,9 +80,10 @@ impl State {
     pub fn new(model: &Model) -> Self {
         let c = &model.config;
         let layers = model
+            .stack
             .layers
             .iter()
-            .map(|l| match l.mixer {
+            .map(|l| match l.attn {
                 Mixer::Kda(_) => LayerState::Kda(KdaState::new(c)),
                 Mixer::Mla(_) => LayerState::Mla(FullCache::new(c.initial_capacity, c.kv_lora)),
             })
