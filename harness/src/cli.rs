@@ -134,6 +134,8 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Print the JSON schema of scenario files (scenarios/schema.json is this output).
+    Schema,
     /// Append finished run folders' headline numbers to the nightly history CSV and redraw its trend plots.
     #[command(after_help = EXIT_CODES)]
     History {
@@ -224,6 +226,10 @@ pub fn main(cli: Cli) -> Result<i32> {
         }
         Cmd::BenchDiff { gb, dir } => {
             print!("{}", kvproof::provenance::bench::run(&dir, (gb * 1e9) as u64)?);
+            Ok(exit::PASS)
+        }
+        Cmd::Schema => {
+            print!("{}", scenario::schema_json());
             Ok(exit::PASS)
         }
         Cmd::List { json } => {

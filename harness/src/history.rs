@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::plot::lines::{self, LineChart, Series};
-use crate::report::index_html::{esc, href, inline_svg};
+use crate::report::index_html::{href, inline_svg};
+use crate::report::junit::escape as esc;
 use crate::report::summary::Summary;
 use crate::report::{self, results};
 

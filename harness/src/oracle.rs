@@ -10,15 +10,24 @@
 //!   a request on a slot that was never used adopts min(LCP(fed_o, prompt), prompt length - 1) from the other
 //!   untainted slot o where that is largest.
 //! - grid (glm53): min(LCP, previous prompt length, prompt length - 1), rounded down to `prompt_rows`.
+//! - blocks (vLLM, SGLang): a cache shared by every request of the instance, in blocks of B tokens: the longest
+//!   common prefix with anything cached, bounded by prompt length - 1, rounded down to B.
+//! - never: the engine keeps no state between requests (reuse is always 0).
+//!
+//! An engine that is not bundled declares its rule (CAPS `reuse_rule=`, or `engine.reuse_rule` in the scenario;
+//! `Rule::from_str` reads both). With no rule, the exact reuse check is skipped, but `reuse-fired` still holds
+//! an engine that reports counts to the one claim every prefix cache makes: a turn whose prompt strictly extends
+//! everything its slot fed must reuse something (`SlotBook::must_reuse`).
 //!
 //! A request that fails mid-way (cancelled, context exceeded, engine error) taints its slot: its state is
 //! half-updated, so nothing is reusable there. A request refused before it starts (bad request, empty prompt)
-//! leaves the slot as it was.
+//! leaves the slot as it was. A block cache keeps what earlier requests cached whatever a later one does.
 
 use kvproof_engines::engine::{EngineInfo, Request};
 use kvproof_engines::tokenizer::AUDIO;
 
 use crate::driver::Caps;
+use crate::scenario::DeclaredRule;
 
 /// What the harness knows about one warm slot.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -81,7 +90,7 @@ pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
-/// The reuse rule of one arch.
+/// The reuse rule of one engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rule {
     /// Whole record or nothing; `audio_taints` for engines whose audio frames share one id.
@@ -91,11 +100,27 @@ pub enum Rule {
     CommonPrefix { share: bool },
     /// min(LCP, previous prompt length, prompt length - 1), rounded down to the grid.
     Grid { prompt_rows: usize },
+    /// A cache shared by every request, in blocks of `block` tokens: min(longest common prefix with anything
+    /// cached, prompt length - 1), rounded down to the block.
+    Blocks { block: usize },
+    /// No state is kept between requests.
+    Never,
 }
 
-/// The rule for an engine, by `EngineInfo.arch` (and, for glm, whether the driver says sharing is on); `None`
-/// for an arch the harness has no rule for (the reuse checks are then skipped with that reason, never passed).
-pub fn rule_for(info: &EngineInfo, caps: &Caps) -> Option<Rule> {
+/// The rule a declaration names for an engine with `caps`: audio taints a strict prefix where frames share one
+/// id, and an LCP engine that copies prefixes across slots shares.
+pub fn declared(d: DeclaredRule, caps: &Caps) -> Rule {
+    match d {
+        DeclaredRule::Strict => Rule::StrictPrefix { audio_taints: caps.audio_frame_bytes.is_some() },
+        DeclaredRule::Lcp => Rule::CommonPrefix { share: caps.kv_share },
+        DeclaredRule::Grid(prompt_rows) => Rule::Grid { prompt_rows },
+        DeclaredRule::Blocks(block) => Rule::Blocks { block },
+        DeclaredRule::None => Rule::Never,
+    }
+}
+
+/// The rule of a bundled arch (and, for glm, whether the driver says sharing is on).
+fn bundled_rule(info: &EngineInfo, caps: &Caps) -> Option<Rule> {
     match info.arch.as_str() {
         "inkling" => Some(Rule::StrictPrefix { audio_taints: true }),
         "kimi" | "deepseek" => Some(Rule::StrictPrefix { audio_taints: false }),
@@ -103,6 +128,21 @@ pub fn rule_for(info: &EngineInfo, caps: &Caps) -> Option<Rule> {
         "glm53" => info.prompt_rows.filter(|&r| r > 0).map(|prompt_rows| Rule::Grid { prompt_rows }),
         _ => None,
     }
+}
+
+/// The rule for an engine: the one the engine declares in its capabilities, else its bundled arch's; `None` when
+/// there is neither (the exact reuse check is then skipped with that reason, never passed).
+pub fn rule_for(info: &EngineInfo, caps: &Caps) -> Option<Rule> {
+    caps.reuse_rule.map(|d| declared(d, caps)).or_else(|| bundled_rule(info, caps))
+}
+
+/// Why an engine has no rule, as skipped checks say it.
+pub fn no_rule(info: &EngineInfo) -> String {
+    format!(
+        "no reuse rule for arch `{}`: the engine declares none (CAPS reuse_rule=) and the scenario sets none \
+         (engine.reuse_rule)",
+        info.arch
+    )
 }
 
 impl Rule {
@@ -128,12 +168,16 @@ impl Rule {
                 let r = common_prefix(fed, prompt).min(history.prompt_len).min(prompt.len().saturating_sub(1));
                 r / prompt_rows * prompt_rows
             }
+            // the book looks across every cached sequence (`SlotBook::expected`); one history alone:
+            Rule::Blocks { block } => common_prefix(fed, prompt).min(prompt.len().saturating_sub(1)) / block * block,
+            Rule::Never => 0,
         }
     }
 
     /// The slot's history after `req` ended with `outcome`, given what it was before.
     pub fn after(&self, before: &SlotHistory, req: &Request, outcome: Outcome<'_>) -> SlotHistory {
         match outcome {
+            Outcome::Failed { .. } if *self == Rule::Never => SlotHistory::default(),
             Outcome::Failed { code } if failure_taints(code) => SlotHistory::tainted(),
             Outcome::Failed { .. } => before.clone(),
             Outcome::Completed { reply } => {
@@ -160,26 +204,30 @@ impl Rule {
     pub fn expected_record(&self, req: &Request, reply: &[u32]) -> Option<Vec<u32>> {
         match self {
             Rule::StrictPrefix { .. } | Rule::CommonPrefix { .. } => Some(fed_ids(&req.prompt, reply)),
-            // glm53 keeps a conservative record; its exact length is the engine's choice.
-            Rule::Grid { .. } => None,
+            // glm53 keeps a conservative record; its exact length is the engine's choice. A block cache or an
+            // engine without state has no record kvproof knows of.
+            Rule::Grid { .. } | Rule::Blocks { .. } | Rule::Never => None,
         }
     }
 }
 
 /// Every slot of one warm instance, as the harness knows it: what the expected reuse of a request depends on
-/// when a rule looks past the request's own slot (cross-slot sharing).
+/// when a rule looks past the request's own slot (cross-slot sharing, a shared block cache). Kept without a rule
+/// too: `must_reuse` needs only what each slot fed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlotBook {
-    rule: Rule,
+    rule: Option<Rule>,
     slots: Vec<SlotHistory>,
+    /// Every sequence a completed request fed, for a block cache shared by all requests.
+    cached: Vec<Vec<u32>>,
 }
 
 impl SlotBook {
-    pub fn new(rule: Rule) -> Self {
-        SlotBook { rule, slots: Vec::new() }
+    pub fn new(rule: Option<Rule>) -> Self {
+        SlotBook { rule, slots: Vec::new(), cached: Vec::new() }
     }
 
-    pub fn rule(&self) -> Rule {
+    pub fn rule(&self) -> Option<Rule> {
         self.rule
     }
 
@@ -188,15 +236,26 @@ impl SlotBook {
         self.slots.get(slot).cloned().unwrap_or_default()
     }
 
-    /// Positions a correct engine reuses for `req` on `req.slot`.
-    pub fn expected(&self, req: &Request) -> usize {
+    /// Positions a correct engine reuses for `req` on `req.slot`; `None` without a rule.
+    pub fn expected(&self, req: &Request) -> Option<usize> {
+        let rule = self.rule?;
         let own = self.slot(req.slot);
-        if let Rule::CommonPrefix { share: true } = self.rule {
-            if own.is_fresh() {
-                return self.share_source(req).map_or(0, |(_, n)| n);
+        Some(match rule {
+            Rule::CommonPrefix { share: true } if own.is_fresh() => self.share_source(req).map_or(0, |(_, n)| n),
+            Rule::Blocks { block } => {
+                let bound = req.prompt.len().saturating_sub(1);
+                let best = self.cached.iter().map(|fed| common_prefix(fed, &req.prompt)).max().unwrap_or(0);
+                best.min(bound) / block * block
             }
-        }
-        self.rule.expected(&own, req)
+            _ => rule.expected(&own, req),
+        })
+    }
+
+    /// Whether any prefix cache must reuse something for `req`: its prompt strictly extends everything its slot
+    /// fed last, and that state is reusable.
+    pub fn must_reuse(&self, req: &Request) -> bool {
+        let own = self.slot(req.slot);
+        own.reusable && !own.fed.is_empty() && req.prompt.len() > own.fed.len() && req.prompt.starts_with(&own.fed)
     }
 
     /// With sharing: the other slot a fresh slot copies from and how many rows, when any row matches
@@ -221,13 +280,19 @@ impl SlotBook {
         if self.slots.len() <= req.slot {
             self.slots.resize(req.slot + 1, SlotHistory::default());
         }
-        let next = self.rule.after(&self.slots[req.slot], req, outcome);
+        // Without a rule, what a slot fed is tracked as a strict-prefix engine tracks it.
+        let rule = self.rule.unwrap_or(Rule::StrictPrefix { audio_taints: false });
+        let next = rule.after(&self.slots[req.slot], req, outcome);
+        if matches!(rule, Rule::Blocks { .. }) && next.reusable {
+            self.cached.push(next.fed.clone());
+        }
         self.slots[req.slot] = next;
     }
 
     /// The instance was replaced by a fresh one: every slot is fresh.
     pub fn reset(&mut self) {
         self.slots.clear();
+        self.cached.clear();
     }
 }
 
@@ -360,7 +425,7 @@ mod tests {
     #[test]
     fn a_fresh_slot_adopts_the_best_prefix_of_another_slot_when_sharing() {
         let share = Rule::CommonPrefix { share: true };
-        let mut book = SlotBook::new(share);
+        let mut book = SlotBook::new(Some(share));
         let a = ids(0..20);
         // slot 0 fed 0..20, 50; slot 1 fed 0..8, 70..73
         book.after(&on(0, &a), Outcome::Completed { reply: &[50, 51] });
@@ -371,27 +436,27 @@ mod tests {
         let mut c = ids(0..12);
         c.extend([99, 98]);
         assert_eq!(book.share_source(&on(2, &c)), Some((0, 12)));
-        assert_eq!(book.expected(&on(2, &c)), 12);
+        assert_eq!(book.expected(&on(2, &c)), Some(12));
         // bounded by the prompt length - 1
-        assert_eq!(book.expected(&on(2, &ids(0..5))), 4);
+        assert_eq!(book.expected(&on(2, &ids(0..5))), Some(4));
         // equal matches: the lowest slot
         assert_eq!(book.share_source(&on(2, &[0, 1, 2, 3, 4, 5, 6, 7, 200])), Some((0, 8)));
         // nothing in common: no share
-        assert_eq!(book.expected(&on(2, &[300, 301])), 0);
+        assert_eq!(book.expected(&on(2, &[300, 301])), Some(0));
         // a used slot never shares; its own prefix rules
-        assert_eq!(book.expected(&on(1, &c)), 8);
+        assert_eq!(book.expected(&on(1, &c)), Some(8));
         // a tainted slot is neither a donor nor fresh
         book.after(&on(0, &a), Outcome::Failed { code: "CONTEXT_EXCEEDED" });
         assert_eq!(book.share_source(&on(2, &c)), Some((1, 8)));
         book.after(&on(2, &c), Outcome::Failed { code: "CANCELLED" });
-        assert_eq!(book.expected(&on(2, &c)), 0);
+        assert_eq!(book.expected(&on(2, &c)), Some(0));
         // without sharing a fresh slot reuses nothing
-        let mut plain = SlotBook::new(GLM);
+        let mut plain = SlotBook::new(Some(GLM));
         plain.after(&on(0, &a), Outcome::Completed { reply: &[50] });
-        assert_eq!(plain.expected(&on(1, &a)), 0);
-        assert_eq!(plain.expected(&on(0, &a)), 19);
+        assert_eq!(plain.expected(&on(1, &a)), Some(0));
+        assert_eq!(plain.expected(&on(0, &a)), Some(19));
         plain.reset();
-        assert_eq!(plain.expected(&on(0, &a)), 0);
+        assert_eq!(plain.expected(&on(0, &a)), Some(0));
     }
 
     #[test]
@@ -422,5 +487,74 @@ mod tests {
         assert_eq!(rule_for(&info, &caps), Some(Rule::CommonPrefix { share: true }));
         info.arch = "llama-gguf".into();
         assert_eq!(rule_for(&info, &caps), None);
+    }
+
+    #[test]
+    fn a_block_cache_matches_anything_cached_in_whole_blocks() {
+        let mut book = SlotBook::new(Some(Rule::Blocks { block: 4 }));
+        let a = ids(0..10);
+        book.after(&req(&a), Outcome::Completed { reply: &[50, 51, 52] });
+        // fed 0..10, 50, 51: a continuation matches 12 ids, bounded by len - 1, rounded down to 12
+        let mut next = book.slot(0).fed.clone();
+        next.extend([7, 7]);
+        assert_eq!(book.expected(&req(&next)), Some(12));
+        // another conversation came in between: the first one's blocks are still cached
+        book.after(&req(&ids(100..120)), Outcome::Completed { reply: &[9] });
+        assert_eq!(book.expected(&req(&next)), Some(12));
+        // an exact repeat of 10 ids: at most 9, rounded down to 8
+        assert_eq!(book.expected(&req(&a)), Some(8));
+        // a failure does not evict what earlier requests cached
+        book.after(&req(&ids(0..3)), Outcome::Failed { code: "CANCELLED" });
+        assert_eq!(book.expected(&req(&next)), Some(12));
+        assert_eq!(book.expected(&req(&[1, 2, 3])), Some(0));
+    }
+
+    #[test]
+    fn an_engine_without_state_reuses_nothing_and_without_a_rule_only_extensions_must_reuse() {
+        let mut never = SlotBook::new(Some(Rule::Never));
+        never.after(&req(&ids(0..10)), Outcome::Completed { reply: &[1] });
+        assert_eq!(never.expected(&req(&ids(0..20))), Some(0));
+
+        let mut unknown = SlotBook::new(None);
+        assert!(!unknown.must_reuse(&req(&ids(0..5))), "nothing fed yet");
+        unknown.after(&req(&ids(0..10)), Outcome::Completed { reply: &[50, 51] });
+        assert_eq!(unknown.expected(&req(&ids(0..20))), None);
+        let mut next = ids(0..10);
+        next.extend([50, 60]);
+        assert!(unknown.must_reuse(&req(&next)), "prompt + reply + more strictly extends");
+        assert!(!unknown.must_reuse(&req(&ids(0..10))), "a repeat does not");
+        assert!(!unknown.must_reuse(&req(&ids(1..30))), "a divergence does not");
+        unknown.after(&req(&next), Outcome::Failed { code: "CONTEXT_EXCEEDED" });
+        let mut after_failure = next.clone();
+        after_failure.push(9);
+        assert!(!unknown.must_reuse(&req(&after_failure)), "a failed turn leaves nothing reusable");
+    }
+
+    #[test]
+    fn a_declared_rule_wins_over_the_arch_table() {
+        let info = EngineInfo {
+            arch: "llama.cpp".into(),
+            preset: None,
+            slots: 1,
+            max_ctx: 64,
+            vocab: 49152,
+            audio: false,
+            audio_frame_bytes: 0,
+            window: None,
+            prompt_rows: None,
+            initial_capacity: 16,
+            fault: None,
+            model_hash: String::new(),
+        };
+        let mut caps = crate::cases::boundary_matrix::tests::caps(None);
+        assert_eq!(rule_for(&info, &caps), None);
+        caps.reuse_rule = Some(DeclaredRule::Lcp);
+        assert_eq!(rule_for(&info, &caps), Some(GLM));
+        caps.reuse_rule = Some(DeclaredRule::Blocks(16));
+        assert_eq!(rule_for(&info, &caps), Some(Rule::Blocks { block: 16 }));
+        caps.reuse_rule = Some(DeclaredRule::Strict);
+        assert_eq!(rule_for(&info, &caps), Some(Rule::StrictPrefix { audio_taints: false }));
+        caps.audio_frame_bytes = Some(8);
+        assert_eq!(rule_for(&info, &caps), Some(INK));
     }
 }

@@ -211,6 +211,7 @@ pub(crate) mod tests {
             cancel_at_poll: true,
             state_bytes: true,
             kv_share: false,
+            reuse_rule: None,
         }
     }
 

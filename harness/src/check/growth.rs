@@ -212,7 +212,12 @@ pub fn failed(s: Option<&GrowthStats>) -> bool {
 
 /// The checks of one turn: every warm repeat against the first cold run, the cold runs against each other (the
 /// control), and the reuse each warm repeat reported against the oracle.
-pub fn turn_checks(expected: Result<usize, String>, warm: &[Generation], cold: &[Generation]) -> Vec<CheckResult> {
+pub fn turn_checks(
+    expected: Result<usize, String>,
+    must_reuse: bool,
+    warm: &[Generation],
+    cold: &[Generation],
+) -> Vec<CheckResult> {
     let mut out = Vec::new();
     let bad = warm.iter().enumerate().find_map(|(i, w)| tokens::first_divergence(w, &cold[0]).map(|d| (i, d)));
     out.push(match bad {
@@ -227,7 +232,7 @@ pub fn turn_checks(expected: Result<usize, String>, warm: &[Generation], cold: &
         None => CheckResult::skipped(CheckName::Control, "one cold run per turn (params.cold_repeats = 1)"),
     });
     let colds: Vec<&Generation> = cold.iter().collect();
-    out.extend(reuse::check(expected, &warm[0], &colds));
+    out.extend(reuse::check(expected, must_reuse, &warm[0], &colds));
     if let Some((i, w)) = warm.iter().enumerate().skip(1).find(|(_, w)| w.reused != warm[0].reused) {
         out.push(CheckResult::fail(
             CheckName::Reuse,

@@ -49,6 +49,8 @@ pub struct TurnContext<'a> {
     pub expect_refusal: Option<&'static str>,
     /// The oracle's reuse for the warm request, or why there is none.
     pub expected: Result<usize, String>,
+    /// The warm request strictly extends everything its slot fed: any prefix cache reuses something.
+    pub must_reuse: bool,
     pub rule: Option<Rule>,
     /// Why the warm and cold dumps are absent, when they are absent by design.
     pub no_dumps: Option<String>,
@@ -87,7 +89,7 @@ pub fn assess(cx: &TurnContext<'_>, warm: Observed<'_>, cold: Observed<'_>, cont
                 std::iter::once(cold.result).chain(control.map(|c| c.result)).filter_map(|r| r.as_ref().ok()).collect();
             let expected =
                 if cx.reuse_count { cx.expected.clone() } else { Err("the driver reports no reuse count".into()) };
-            checks.extend(reuse::check(expected, w, &colds));
+            checks.extend(reuse::check(expected, cx.must_reuse, w, &colds));
         }
         Err(_) => checks.push(CheckResult::skipped(CheckName::Reuse, "request refused: no reuse reported")),
     }

@@ -77,6 +77,7 @@ impl InProcessLauncher {
             cancel_at_poll: true,
             state_bytes: true,
             kv_share: false,
+            reuse_rule: None,
         };
         InProcessLauncher { base: Mutex::new(engine), info, caps, label }
     }

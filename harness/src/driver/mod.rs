@@ -16,7 +16,7 @@ use kvproof_engines::fault::Fault;
 pub use inprocess::InProcessLauncher;
 pub use stdio::{resolve_program, sibling_binary, StdioLauncher};
 
-use crate::scenario::EngineSpec;
+use crate::scenario::{DeclaredRule, EngineSpec};
 
 /// What a driver can report.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -41,6 +41,9 @@ pub struct Caps {
     /// The engine copies prefixes into empty slots from other slots (glm's `kv_share`); the oracle models it.
     #[serde(default)]
     pub kv_share: bool,
+    /// The reuse rule the engine declares (CAPS `reuse_rule=`), or the scenario declares for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reuse_rule: Option<DeclaredRule>,
 }
 
 /// One finished request as the harness sees it.

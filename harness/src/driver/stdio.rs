@@ -11,6 +11,7 @@ use kvproof_engines::engine::{EngineInfo, Request};
 use kvproof_engines::serve::{self, ClientError, StdioEngine};
 
 use super::{Caps, Driver, DriverError, Generation, Launcher};
+use crate::scenario::DeclaredRule;
 
 /// Starts engine processes from one command line.
 #[derive(Debug)]
@@ -80,6 +81,12 @@ impl StdioLauncher {
         if !engine_caps.ids() {
             return Err(start_error(&command, "CAPS lacks ids=1: the harness sends token ids, not text"));
         }
+        let reuse_rule = match engine_caps.get("reuse_rule") {
+            None | Some("-") => None,
+            Some(v) => {
+                Some(v.parse::<DeclaredRule>().map_err(|e| start_error(&command, format!("CAPS reuse_rule: {e}")))?)
+            }
+        };
         let caps = Caps {
             token_ids: true,
             reuse_count: engine_caps.reuse(),
@@ -91,6 +98,7 @@ impl StdioLauncher {
             state_bytes: false,
             // an engine that shares prefixes across slots says so (the bundled engines' CAPS do not yet)
             kv_share: engine_caps.get("kv_share") == Some("1"),
+            reuse_rule,
         };
         let dump_dir = std::env::temp_dir().join(format!("kvproof-dumps-{}", std::process::id()));
         Ok(StdioLauncher { command, timeout, info, caps, dump_dir })

@@ -1,11 +1,16 @@
 //! `junit.xml`: one testsuite per scenario, one testcase per trial (and one for the failure-rate bound), so CI
-//! systems list every case and show the failing ones with their checks.
+//! systems list every case and show the failing ones with their checks. Built as a `quick_junit::Report` and
+//! written by its serializer, which escapes text and attributes and drops what XML 1.0 cannot carry; the suite
+//! and document totals are the counts of the cases they hold.
 
-use std::fmt::Write as _;
+use std::time::Duration;
 
-use super::summary::Summary;
+use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
+
+use super::summary::{ScenarioSummary, Summary};
+use crate::check::growth::GrowthStats;
 use crate::record::TrialRecord;
-use crate::record::{Status, Verdict};
+use crate::record::{CheckName, Status, Verdict};
 use crate::stats;
 
 /// XML-escape text and attribute values; drops characters XML 1.0 cannot carry.
@@ -26,118 +31,131 @@ pub fn escape(s: &str) -> String {
     out
 }
 
-fn seconds(t: &TrialRecord) -> f64 {
-    [t.timings.warm_ms, t.timings.cold_ms, t.timings.control_ms].iter().flatten().sum::<f64>() / 1000.0
+/// The trial's wall time: warm, cold and control runs together. None when a recorded time is not a finite,
+/// non-negative number (the attribute is then left out rather than written as `NaN`).
+fn duration(t: &TrialRecord) -> Option<Duration> {
+    let ms: f64 = [t.timings.warm_ms, t.timings.cold_ms, t.timings.control_ms].iter().flatten().sum();
+    Duration::try_from_secs_f64(ms / 1000.0).ok()
 }
 
-pub fn render(summary: &Summary, trials: &[TrialRecord]) -> String {
-    let mut x = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    let tests: usize = summary
-        .scenarios
-        .iter()
-        .map(|s| s.trials + usize::from(s.max_failure_rate.is_some()) + usize::from(s.growth.is_some()))
-        .sum();
-    let failures: usize = summary
-        .scenarios
-        .iter()
-        .map(|s| {
-            s.failed
-                + usize::from(s.checks.get(&crate::record::CheckName::Rate).is_some_and(|c| c.fail > 0))
-                + usize::from(crate::check::growth::failed(s.growth.as_ref()))
-        })
-        .sum();
-    let errors: usize = summary.scenarios.iter().map(|s| s.errors).sum();
-    let _ = writeln!(
-        x,
-        "<testsuites name=\"kvproof {}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\">",
-        escape(&summary.run)
-    );
-    for s in &summary.scenarios {
-        let mine: Vec<&TrialRecord> = trials.iter().filter(|t| t.scenario == s.name).collect();
-        let rate_case = s.max_failure_rate.is_some();
-        let rate_failed = s.checks.get(&crate::record::CheckName::Rate).is_some_and(|c| c.fail > 0);
-        let skipped = s.inconclusive + s.skipped_cases.len();
-        let _ = writeln!(
-            x,
-            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{skipped}\">",
-            escape(&s.name),
-            mine.len() + usize::from(rate_case) + s.skipped_cases.len() + usize::from(s.growth.is_some()),
-            s.failed + usize::from(rate_failed) + usize::from(crate::check::growth::failed(s.growth.as_ref())),
-            s.errors
-        );
-        for t in &mine {
-            let _ = write!(
-                x,
-                "    <testcase classname=\"{}.{}\" name=\"{}\" time=\"{:.3}\"",
-                escape(&s.name),
-                escape(&t.plan),
-                escape(&t.step),
-                seconds(t)
-            );
-            match t.verdict {
-                Verdict::Pass => x.push_str("/>\n"),
-                Verdict::Fail => {
-                    let failed: Vec<String> = t
-                        .checks
-                        .iter()
-                        .filter(|c| c.status == Status::Fail)
-                        .map(|c| format!("{}: {}", c.check, c.detail))
-                        .collect();
-                    let first = failed.first().cloned().unwrap_or_default();
-                    let _ = write!(
-                        x,
-                        ">\n      <failure message=\"{}\">{}</failure>\n    </testcase>\n",
-                        escape(&first),
-                        escape(&failed.join("\n"))
-                    );
-                }
-                Verdict::Error => {
-                    let msg = t.error.clone().unwrap_or_default();
-                    let body = format!("{msg}\n{}", t.stderr_tail.clone().unwrap_or_default());
-                    let _ = write!(
-                        x,
-                        ">\n      <error message=\"{}\">{}</error>\n    </testcase>\n",
-                        escape(&msg),
-                        escape(body.trim_end())
-                    );
-                }
-                Verdict::Inconclusive => {
-                    x.push_str(">\n      <skipped message=\"inconclusive: the cold-vs-cold control disagreed\"/>\n    </testcase>\n");
-                }
-            }
-        }
-        for (case, why) in &s.skipped_cases {
-            let _ = write!(
-                x,
-                "    <testcase classname=\"{}.{}\" name=\"case\">\n      <skipped message=\"{}\"/>\n    </testcase>\n",
-                escape(&s.name),
-                escape(case),
-                escape(why)
-            );
-        }
-        if let Some(g) = &s.growth {
-            x.push_str(&super::growth::junit_case(&s.name, g));
-        }
-        if let (true, Some(b)) = (rate_case, s.bound) {
-            let limit = s.max_failure_rate.unwrap_or(0.0);
-            let _ = write!(x, "    <testcase classname=\"{}\" name=\"failure rate bound\"", escape(&s.name));
-            if rate_failed {
-                let msg = format!(
-                    "{} > {} ({}/{} failed)",
-                    stats::percent(b.upper),
-                    stats::percent(limit),
-                    b.failures,
-                    b.trials
-                );
-                let _ = write!(x, ">\n      <failure message=\"{}\"/>\n    </testcase>\n", escape(&msg));
-            } else {
-                x.push_str("/>\n");
-            }
-        }
-        x.push_str("  </testsuite>\n");
+/// A failed (or errored) status with a one-line message and the whole story as the element's text.
+fn non_success(kind: NonSuccessKind, message: &str, description: Option<&str>) -> TestCaseStatus {
+    let mut status = TestCaseStatus::non_success(kind);
+    status.set_message(message);
+    if let Some(d) = description {
+        status.set_description(d);
     }
-    x.push_str("</testsuites>\n");
-    x
+    status
+}
+
+fn skipped(message: &str) -> TestCaseStatus {
+    let mut status = TestCaseStatus::skipped();
+    status.set_message(message);
+    status
+}
+
+fn trial_case(scenario: &str, t: &TrialRecord) -> TestCase {
+    let status = match t.verdict {
+        Verdict::Pass => TestCaseStatus::success(),
+        Verdict::Fail => {
+            let failed: Vec<String> = t
+                .checks
+                .iter()
+                .filter(|c| c.status == Status::Fail)
+                .map(|c| format!("{}: {}", c.check, c.detail))
+                .collect();
+            let first = failed.first().map_or("", String::as_str);
+            non_success(NonSuccessKind::Failure, first, Some(&failed.join("\n")))
+        }
+        Verdict::Error => {
+            let msg = t.error.as_deref().unwrap_or_default();
+            let body = format!("{msg}\n{}", t.stderr_tail.as_deref().unwrap_or_default());
+            non_success(NonSuccessKind::Error, msg, Some(body.trim_end()))
+        }
+        Verdict::Inconclusive => skipped("inconclusive: the cold-vs-cold control disagreed"),
+    };
+    let mut case = TestCase::new(t.step.as_str(), status);
+    case.set_classname(format!("{scenario}.{}", t.plan));
+    if let Some(d) = duration(t) {
+        case.set_time(d);
+    }
+    case
+}
+
+/// The testcase of a growth scenario's assertions, its name carrying the measured numbers.
+fn growth_case(scenario: &str, g: &GrowthStats) -> TestCase {
+    let name = format!(
+        "growth assertions (warm {:.2}x, cold {:.2}x over {:.1}x context, {:.0}% of ideal speedup, {:.1}% reused)",
+        g.warm_ratio,
+        g.cold_ratio,
+        g.context_growth,
+        100.0 * g.speedup_of_ideal,
+        100.0 * g.reuse_fraction
+    );
+    let status = match g.violations.first() {
+        None => TestCaseStatus::success(),
+        Some(first) => non_success(NonSuccessKind::Failure, first, Some(&g.violations.join("\n"))),
+    };
+    let mut case = TestCase::new(name, status);
+    case.set_classname(scenario);
+    case
+}
+
+/// The testcase of a scenario's `max_failure_rate`: the Clopper–Pearson bound against the limit.
+fn rate_case(s: &ScenarioSummary) -> Option<TestCase> {
+    let (Some(limit), Some(b)) = (s.max_failure_rate, s.bound) else { return None };
+    let failed = s.checks.get(&CheckName::Rate).is_some_and(|c| c.fail > 0);
+    let status = if failed {
+        let msg =
+            format!("{} > {} ({}/{} failed)", stats::percent(b.upper), stats::percent(limit), b.failures, b.trials);
+        non_success(NonSuccessKind::Failure, &msg, None)
+    } else {
+        TestCaseStatus::success()
+    };
+    let mut case = TestCase::new("failure rate bound", status);
+    case.set_classname(s.name.as_str());
+    Some(case)
+}
+
+fn suite(s: &ScenarioSummary, trials: &[TrialRecord]) -> TestSuite {
+    let mut suite = TestSuite::new(s.name.as_str());
+    suite.add_test_cases(trials.iter().filter(|t| t.scenario == s.name).map(|t| trial_case(&s.name, t)));
+    suite.add_test_cases(s.skipped_cases.iter().map(|(case, why)| {
+        let mut c = TestCase::new("case", skipped(why));
+        c.set_classname(format!("{}.{case}", s.name));
+        c
+    }));
+    if let Some(g) = &s.growth {
+        suite.add_test_case(growth_case(&s.name, g));
+    }
+    if let Some(c) = rate_case(s) {
+        suite.add_test_case(c);
+    }
+    suite
+}
+
+/// The run as a JUnit report: one suite per scenario, in the summary's order.
+pub fn report(summary: &Summary, trials: &[TrialRecord]) -> Report {
+    let mut report = Report::new(format!("kvproof {}", summary.run));
+    report.add_test_suites(summary.scenarios.iter().map(|s| suite(s, trials)));
+    report
+}
+
+/// junit.xml's text.
+pub fn render(summary: &Summary, trials: &[TrialRecord]) -> String {
+    match report(summary, trials).to_string() {
+        Ok(xml) => xml,
+        // Serializing into memory has no I/O that could fail; should the serializer still refuse, CI gets a
+        // valid file with one error saying why instead of a truncated one.
+        Err(e) => {
+            let mut suite = TestSuite::new("junit.xml");
+            let status = non_success(NonSuccessKind::Error, &format!("junit.xml could not be written: {e}"), None);
+            suite.add_test_case(TestCase::new("serialize", status));
+            let mut report = Report::new(format!("kvproof {}", summary.run));
+            report.add_test_suite(suite);
+            report.to_string().unwrap_or_default()
+        }
+    }
 }
 
 #[cfg(test)]

@@ -104,20 +104,15 @@ pub fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-/// `YYYYMMDD-HHMMSS` (UTC) for a Unix time: run folder names that sort by time.
+/// `YYYYMMDD-HHMMSS` (UTC) for a Unix time: run folder names that sort by time. A time past the year 9999
+/// (which the format has no room for) is written as its plain number of seconds.
 pub fn stamp(unix: u64) -> String {
-    let (days, secs) = (unix / 86_400, unix % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}{m:02}{d:02}-{:02}{:02}{:02}", secs / 3600, secs / 60 % 60, secs % 60)
+    use chrono::Datelike as _;
+    i64::try_from(unix)
+        .ok()
+        .and_then(|secs| chrono::DateTime::from_timestamp(secs, 0))
+        .filter(|t| t.year() <= 9999)
+        .map_or_else(|| unix.to_string(), |t| t.format("%Y%m%d-%H%M%S").to_string())
 }
 
 #[cfg(test)]
@@ -129,5 +124,13 @@ mod tests {
         assert_eq!(stamp(0), "19700101-000000");
         assert_eq!(stamp(951_782_400), "20000229-000000");
         assert_eq!(stamp(1_700_000_000), "20231114-221320");
+        assert_eq!(stamp(1_764_401_468), "20251129-073108");
+        assert_eq!(stamp(253_402_300_799), "99991231-235959");
+    }
+
+    #[test]
+    fn a_time_no_calendar_holds_is_written_as_seconds() {
+        assert_eq!(stamp(253_402_300_800), "253402300800");
+        assert_eq!(stamp(u64::MAX), u64::MAX.to_string());
     }
 }

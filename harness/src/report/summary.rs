@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use super::manifest::{Manifest, ScenarioEntry};
-use crate::record::TrialRecord;
 use crate::id_diff::IdDiff;
+use crate::record::TrialRecord;
 use crate::record::{printable, CheckName, Status, Verdict};
 use crate::stats::{self, Bound};
 

@@ -82,6 +82,8 @@ fn abandon(
 struct Planned {
     turn: TurnRequest,
     expected: Result<usize, String>,
+    /// The turn strictly extends what the conversation fed: any prefix cache reuses something.
+    must_reuse: bool,
     /// Prompt tokens beyond what the previous turn fed.
     new_tokens: usize,
 }
@@ -98,7 +100,7 @@ fn run_plan(
     let mut out = Vec::new();
     let launcher = p.launcher.as_ref();
     let rule = crate::oracle::rule_for(launcher.info(), launcher.caps());
-    let no_rule = format!("the harness has no reuse rule for arch `{}`", launcher.info().arch);
+    let no_rule = crate::oracle::no_rule(launcher.info());
     let mut inst = Instances::new(launcher, sink, &p.scenario.name, &plan.name, plan_index);
     let mut ps = PlanState::new(plan, rule, 0);
     let turns = plan.steps.len();
@@ -129,9 +131,11 @@ fn run_plan(
                     }
                 };
                 let turn = prepared.turn.clone();
-                let expected = ps.expected(&turn.with_id(0)).ok_or_else(|| no_rule.clone());
+                let request = turn.with_id(0);
+                let expected = ps.expected(&request).ok_or_else(|| no_rule.clone());
+                let must_reuse = ps.must_reuse(&request);
                 let new_tokens = turn.prompt.len().saturating_sub(fed_before);
-                planned.push(Planned { turn, expected, new_tokens });
+                planned.push(Planned { turn, expected, must_reuse, new_tokens });
                 // the transcript goes on once this turn's warm reply is known (below)
                 open_turn = Some(prepared);
             }
@@ -169,7 +173,7 @@ fn run_plan(
         record.reused = w0.reused;
         record.warm_reply = w0.tokens.clone();
         record.cold_reply = cold_runs[0].tokens.clone();
-        record.checks = turn_checks(pl.expected.clone(), warm_runs, cold_runs);
+        record.checks = turn_checks(pl.expected.clone(), pl.must_reuse, warm_runs, cold_runs);
         record.divergence = tokens::first_divergence(w0, &cold_runs[0]);
         record.verdict = check::verdict(&record.checks);
         let side = |v: &[Generation]| v.iter().map(run_of).collect::<Vec<_>>();

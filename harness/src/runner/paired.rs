@@ -58,7 +58,7 @@ impl<'a> Paired<'a> {
             scenario: p.scenario,
             launcher: p.launcher.as_ref(),
             rule: crate::oracle::rule_for(info, p.launcher.caps()),
-            no_rule: format!("the harness has no reuse rule for arch `{}`", info.arch),
+            no_rule: crate::oracle::no_rule(info),
             caps: p.launcher.caps().clone(),
             sink,
             progress,
@@ -168,6 +168,7 @@ pub fn run_plan(ctx: &Paired<'_>, plan_index: usize, plan: &Plan, tap: &mut dyn 
             tap.sent(si, s);
         }
         let expected = ps.expected(&warm.request).ok_or_else(|| ctx.no_rule.clone());
+        let must_reuse = ps.must_reuse(&warm.request);
 
         let mut record = ctx.base_record(plan, plan_index, step, si);
         record.warm_first = warm_first;
@@ -203,6 +204,7 @@ pub fn run_plan(ctx: &Paired<'_>, plan_index: usize, plan: &Plan, tap: &mut dyn 
                 request: &warm.request,
                 expect_refusal: step.expect_refusal,
                 expected: expected.clone(),
+                must_reuse,
                 rule: ctx.rule,
                 no_dumps,
                 reuse_count: ctx.caps.reuse_count,

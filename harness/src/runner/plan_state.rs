@@ -25,7 +25,7 @@ pub struct PlanState {
     threads: Vec<Option<Conversation>>,
     plan_seed: Vec<u64>,
     frame_bytes: usize,
-    slots: Option<SlotBook>,
+    slots: SlotBook,
     memory: MemoryBook,
     single_slot: bool,
 }
@@ -37,7 +37,7 @@ impl PlanState {
             threads: Vec::new(),
             plan_seed: (0..threads).map(|t| plan.thread_seed(t)).collect(),
             frame_bytes,
-            slots: rule.map(SlotBook::new),
+            slots: SlotBook::new(rule),
             memory: MemoryBook::default(),
             single_slot: plan.single_slot(),
         }
@@ -82,21 +82,22 @@ impl PlanState {
 
     /// The oracle's reuse for `req` on its slot; `None` without a rule.
     pub fn expected(&self, req: &Request) -> Option<usize> {
-        self.slots.as_ref().map(|b| b.expected(req))
+        self.slots.expected(req)
+    }
+
+    /// Whether any prefix cache must reuse something for `req` (it strictly extends what its slot fed).
+    pub fn must_reuse(&self, req: &Request) -> bool {
+        self.slots.must_reuse(req)
     }
 
     /// Record how the warm instance's `req` ended.
     pub fn after(&mut self, req: &Request, outcome: Outcome<'_>) {
-        if let Some(b) = &mut self.slots {
-            b.after(req, outcome);
-        }
+        self.slots.after(req, outcome);
     }
 
     /// The warm instance was replaced by a fresh one.
     pub fn reset(&mut self) {
-        if let Some(b) = &mut self.slots {
-            b.reset();
-        }
+        self.slots.reset();
         self.memory.reset();
     }
 

@@ -1,12 +1,16 @@
 //! Scenario files: the format (`types`, and each kind's `params`), how files and folders of them are read (`load`), and the model-config
-//! overrides a bundled engine may carry (`engine_config`).
+//! overrides a bundled engine may carry (`engine_config`), and the JSON schema generated from those types (`schema`).
 
 pub mod engine_config;
 mod load;
 pub mod params;
+mod reuse_rule;
+mod schema;
 mod types;
 
 pub use load::{collect_files, load_file, load_paths, load_str, ScenarioError};
 pub use params::{BoundaryParams, CaseName, ContextName, GrowthParams, StalenessParams, StressParams};
 pub use params::{MAX_TOKENS, MAX_TURNS, MAX_USER_LEN};
+pub use reuse_rule::DeclaredRule;
+pub use schema::schema_json;
 pub use types::{Assertions, EngineSpec, Kind, Params, Scenario};

@@ -7,6 +7,7 @@ use std::str::FromStr;
 
 use kvproof_engines::config::Preset;
 use kvproof_engines::fault::Fault;
+use schemars::JsonSchema;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
@@ -32,7 +33,7 @@ pub struct Scenario {
 }
 
 /// The kinds of trial a scenario can ask for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Kind {
     BoundaryMatrix,
@@ -97,15 +98,17 @@ fn default_confidence() -> f64 {
 }
 
 /// What the scenario requires beyond "every check passes".
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Assertions {
     /// The run fails when the one-sided Clopper–Pearson upper bound on the failure rate exceeds this. When set,
     /// it replaces "no trial may fail" as the verdict of the scenario.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0), extend("exclusiveMaximum" = 1))]
     pub max_failure_rate: Option<f64>,
     /// Confidence of the bound.
     #[serde(default = "default_confidence")]
+    #[schemars(extend("exclusiveMinimum" = 0, "exclusiveMaximum" = 1))]
     pub confidence: f64,
     /// Compare the state through dumps after each compared turn.
     #[serde(default = "yes")]
@@ -115,15 +118,19 @@ pub struct Assertions {
     pub control: bool,
     /// growth-curve: the warm per-turn wall time of the last turn over that of turn 2 is at most this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("exclusiveMinimum" = 0))]
     pub max_warm_ratio: Option<f64>,
     /// growth-curve: the cold ratio is at least this (else the curve cannot tell reuse from no reuse).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("exclusiveMinimum" = 0))]
     pub min_cold_ratio: Option<f64>,
     /// growth-curve: the prefill speedup is at least this fraction of the ideal (cold / warm prefilled tokens).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("exclusiveMinimum" = 0))]
     pub min_speedup_of_ideal: Option<f64>,
     /// growth-curve: reused / prompt tokens over turns 2..T is at least this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 1), extend("exclusiveMinimum" = 0))]
     pub min_reuse_fraction: Option<f64>,
 }
 
@@ -142,14 +149,43 @@ impl Default for Assertions {
     }
 }
 
-/// How a scenario names its engine.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// How a scenario names its engine: a bundled engine run in-process (`arch`), or any command speaking the stdio
+/// protocol (`command`).
+// The file's object is read as a `RawEngine` and checked by `TryFrom`; the schema describes the two shapes that
+// check accepts rather than RawEngine's (where every field is optional). Every field but `arch` and `command`
+// may be left out or null, as RawEngine's options allow.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(try_from = "RawEngine", into = "RawEngine")]
+#[schemars(!try_from, !into, untagged, deny_unknown_fields)]
 pub enum EngineSpec {
     /// A bundled engine run in-process; `config` overrides fields of its preset's model config.
-    Bundled { arch: String, preset: Preset, seed: u64, fault: Option<Fault>, config: ConfigOverrides },
+    Bundled {
+        /// A bundled arch (`kvproof list`).
+        #[schemars(length(min = 1))]
+        arch: String,
+        /// The size of its model (default tiny).
+        #[schemars(with = "Option<super::schema::PresetName>")]
+        preset: Preset,
+        /// Seed of the random-init weights (default 0).
+        #[schemars(with = "Option<u64>")]
+        seed: u64,
+        /// A fault of the arch (`kvproof list`), or null.
+        #[schemars(with = "Option<String>")]
+        fault: Option<Fault>,
+        /// Overrides of the preset's model config (fields of config.json other than arch and preset), e.g.
+        /// {"kv_share": true} for glm's cross-slot sharing. Unknown fields are rejected when the scenario is loaded.
+        #[schemars(with = "Option<ConfigOverrides>")]
+        config: ConfigOverrides,
+    },
     /// Any command speaking the stdio protocol (docs/protocol.md).
-    Command { command: Vec<String>, timeout_ms: u64 },
+    Command {
+        /// The program (not empty) and its arguments.
+        #[schemars(length(min = 1), extend("prefixItems" = [{ "type": "string", "minLength": 1 }]))]
+        command: Vec<String>,
+        /// Per-request timeout in milliseconds (default 60000); a hung engine is killed.
+        #[schemars(with = "Option<u64>", range(min = 1))]
+        timeout_ms: u64,
+    },
 }
 
 fn default_timeout_ms() -> u64 {

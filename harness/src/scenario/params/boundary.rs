@@ -2,20 +2,24 @@
 
 use std::fmt;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{check_max_tokens, default_max_tokens};
+use super::{check_max_tokens, default_max_tokens, MAX_TOKENS};
 
 /// `kind: boundary-matrix`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BoundaryParams {
     /// The cases to run; absent means every case the engine's capabilities allow.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
     pub cases: Option<Vec<CaseName>>,
     /// Tokens generated per turn (greedy).
     #[serde(default = "default_max_tokens")]
+    #[schemars(range(min = 1, max = MAX_TOKENS))]
     pub max_tokens: usize,
+    /// The slot the cases run on.
     #[serde(default)]
     pub slot: usize,
 }
@@ -27,7 +31,7 @@ impl Default for BoundaryParams {
 }
 
 /// The boundary cases of the reuse decision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum CaseName {
     /// The next chat turn: prompt + reply + new user text. Reuse is everything fed.

@@ -1,31 +1,39 @@
 //! `params` of kind `growth-curve`: the conversation whose per-turn cost is measured.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{MAX_TOKENS, MAX_TURNS, MAX_USER_LEN};
 
 /// `kind: growth-curve`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GrowthParams {
     /// Turns of the conversation (at least 3: turn 1 has nothing to reuse).
     #[serde(default = "default_turns")]
+    #[schemars(range(min = 3, max = MAX_TURNS))]
     pub turns: usize,
     /// User-text tokens of the first turn (sets where the curve starts).
     #[serde(default = "default_opening")]
+    #[schemars(range(min = 1, max = MAX_USER_LEN))]
     pub opening: usize,
     /// User-text tokens of every later turn.
     #[serde(default = "default_user_len")]
+    #[schemars(range(min = 1, max = MAX_USER_LEN))]
     pub user_len: usize,
     /// Reply tokens per turn (generated past eos, so every reply has this length).
     #[serde(default = "default_max_tokens")]
+    #[schemars(range(min = 1, max = MAX_TOKENS))]
     pub max_tokens: usize,
     /// Warm instances, each living through the whole conversation; each turn's warm time is their median.
     #[serde(default = "default_repeats")]
+    #[schemars(range(min = 1, max = MAX_REPEATS))]
     pub repeats: usize,
     /// Cold runs per turn; the cold time is their median.
     #[serde(default = "one")]
+    #[schemars(range(min = 1, max = MAX_REPEATS))]
     pub cold_repeats: usize,
+    /// The slot the conversation runs on.
     #[serde(default)]
     pub slot: usize,
     /// Threads a bundled engine computes with during the curve (0: all cores). One thread by default: a curve
@@ -34,6 +42,7 @@ pub struct GrowthParams {
     /// preempted — under load that noise, not the context, decides the ratio. Engines behind a command are not
     /// affected.
     #[serde(default = "one")]
+    #[schemars(range(max = MAX_THREADS))]
     pub threads: usize,
 }
 

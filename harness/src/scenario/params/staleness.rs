@@ -1,12 +1,13 @@
 //! `params` of kind `semantic-staleness`: which stale contexts to put in the warm instance's way, and how many
 //! cases of each.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{MAX_TOKENS, MAX_USER_LEN};
 
 /// The stale contexts a case can hold next to its current prompt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum ContextName {
     /// The slot's previous request: the same conversation with a different last user message (an edited and
@@ -38,25 +39,29 @@ impl std::fmt::Display for ContextName {
 }
 
 /// `kind: semantic-staleness`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StalenessParams {
     /// Cases per stale context.
     #[serde(default = "default_cases")]
+    #[schemars(range(min = 1, max = MAX_CASES))]
     pub cases: usize,
     /// The stale contexts to run; absent means every one the engine can hold.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
     pub contexts: Option<Vec<ContextName>>,
     /// User-message length range in tokens.
     #[serde(default = "default_user_len")]
+    #[schemars(inner(range(min = 1, max = MAX_USER_LEN)))]
     pub user_len: [usize; 2],
     /// Reply tokens (generated past eos: every reply has this length).
     #[serde(default = "default_max_tokens")]
+    #[schemars(range(min = 1, max = MAX_TOKENS))]
     pub max_tokens: usize,
     /// The slot of the current conversation.
     #[serde(default)]
     pub slot: usize,
-    /// The slot holding the other conversation (`other-slot`).
+    /// The slot holding the other conversation (`other-slot`); must differ from `slot`.
     #[serde(default = "default_other_slot")]
     pub other_slot: usize,
 }

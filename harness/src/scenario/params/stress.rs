@@ -1,27 +1,34 @@
 //! `params` of kind `stress-pairs`: how many seeded random conversations, and their shape.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{check_max_tokens, default_max_tokens, MAX_TURNS, MAX_USER_LEN};
+use super::{check_max_tokens, default_max_tokens, MAX_TOKENS, MAX_TURNS, MAX_USER_LEN};
 
 pub const MAX_PAIRS: usize = 1_000_000;
 
 /// `kind: stress-pairs`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StressParams {
     /// Compared (warm, cold) pairs to run; conversations are generated until this many turns are compared.
     #[serde(default = "default_pairs")]
+    #[schemars(range(min = 1, max = MAX_PAIRS))]
     pub pairs: usize,
     /// Turns per conversation, inclusive range; every turn after the first is compared.
     #[serde(default = "default_turns")]
+    #[schemars(inner(range(min = 2, max = MAX_TURNS)))]
     pub turns: [usize; 2],
     /// User-message length range in bytes; absent means derived from the engine so that conversations cross
     /// the sliding window and the initial capacity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(inner(range(min = 1, max = MAX_USER_LEN)))]
     pub user_len: Option<[usize; 2]>,
+    /// Tokens generated per turn (greedy).
     #[serde(default = "default_max_tokens")]
+    #[schemars(range(min = 1, max = MAX_TOKENS))]
     pub max_tokens: usize,
+    /// The slot the conversations run on.
     #[serde(default)]
     pub slot: usize,
 }
