@@ -15,7 +15,7 @@ use kvproof_engines::bundled;
 use kvproof_engines::chat::{render, Message, Role};
 use kvproof_engines::config::Preset;
 use kvproof_engines::dump::{CacheKind, WriterKind};
-use kvproof_engines::engine::{Engine, Flow, NoObserver, Request, Sampling, StopReason};
+use kvproof_engines::engine::{Engine, Flow, NoObserver, Reply, Request, Sampling, StopReason};
 use kvproof_engines::tokenizer::{AUDIO, EOS};
 use kvproof_engines::EngineError;
 
@@ -78,11 +78,12 @@ fn same_request_same_tokens_on_a_fresh_instance() {
         let r = Request { sampling, ..req(1, text("sample me"), 12) };
         let x = a.fresh().generate(&r, &mut NoObserver).expect("x");
         let y = a.fresh().generate(&r, &mut NoObserver).expect("y");
-        assert_eq!((x.tokens.clone(), x.gaps.clone()), (y.tokens, y.gaps), "{arch}");
+        assert_eq!(x, Reply { timings: x.timings, ..y }, "{arch}: the whole reply but its timings");
         assert!(x.tokens.iter().all(|&t| t < 256 || t == EOS), "{arch}: only bytes and eos are generated");
         let greedy = req(2, first_turn(), 8);
         let (g1, g2) = (a.fresh().generate(&greedy, &mut NoObserver), a.fresh().generate(&greedy, &mut NoObserver));
-        assert_eq!(g1.expect("g1").tokens, g2.expect("g2").tokens, "{arch}");
+        let (g1, g2) = (g1.expect("g1"), g2.expect("g2"));
+        assert_eq!(g1, Reply { timings: g1.timings, ..g2 }, "{arch}");
     }
 }
 
@@ -195,7 +196,10 @@ fn bad_requests_are_errors_not_panics() {
         let short_frame = Request { audio: vec![vec![0; 3]], ..req(1, vec![1, AUDIO, 2], 3) };
         assert!(matches!(e.generate(&short_frame, &mut NoObserver), Err(EngineError::BadRequest(_))), "{arch}");
         let bad_slot = Request { slot: slots, ..req(1, vec![1, 2], 3) };
-        assert!(matches!(e.generate(&bad_slot, &mut NoObserver), Err(EngineError::NoSuchSlot { .. })), "{arch}");
+        match e.generate(&bad_slot, &mut NoObserver) {
+            Err(EngineError::NoSuchSlot { slot, slots: n }) => assert_eq!((slot, n), (slots, slots), "{arch}"),
+            other => panic!("{arch}: expected NoSuchSlot, got {other:?}"),
+        }
         assert!(e.dump(slots).is_err(), "{arch}");
         // validation errors do not touch the state: a real turn afterwards is normal
         let r = e.generate(&req(2, vec![1, 2, 3], 0), &mut NoObserver).expect("max_tokens 0");
@@ -220,10 +224,13 @@ fn bad_requests_are_errors_not_panics() {
         let mut next = p1.clone();
         next.extend(text(" and more"));
         assert_eq!(e.generate(&req(5, next, 3), &mut NoObserver).expect("after").reused, 0, "{arch}");
-        // a prompt of exactly max_ctx fits: one token is sampled, none fed
-        let r = e.generate(&req(6, vec![66u32; max_ctx], 5), &mut NoObserver).expect("max_ctx prompt");
-        assert_eq!(r.tokens.len(), 1, "{arch}");
-        assert_eq!(e.dump(0).expect("dump").meta.len, max_ctx, "{arch}");
+        // a prompt of exactly max_ctx fits, on the first slot and on the last: one token is sampled, none fed
+        for slot in [0, slots - 1] {
+            let full = Request { slot, ..req(6, vec![66u32; max_ctx], 5) };
+            let r = e.generate(&full, &mut NoObserver).expect("max_ctx prompt");
+            assert_eq!(r.tokens.len(), 1, "{arch} slot {slot}");
+            assert_eq!(e.dump(slot).expect("dump").meta.len, max_ctx, "{arch} slot {slot}");
+        }
     }
 }
 
