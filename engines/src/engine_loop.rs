@@ -207,8 +207,8 @@ pub trait Arch: Send + Sync + Sized + 'static {
     /// Whether a prompt longer than `max_ctx` is refused before anything runs. False: prefill runs until a
     /// segment no longer fits, and the record refuses that write (inkling).
     const REFUSES_OVERFLOW: bool = true;
-    /// Whether a slot keeps the logits after its last fed position (needed only by an arch that can reuse a
-    /// whole prompt, which is a fault everywhere but where the record allows it).
+    /// Whether a slot keeps the logits after its last fed position: what a request reusing its whole prompt
+    /// samples from (only a fault reuses a whole prompt; an arch whose reuse can never reach it keeps none).
     const KEEPS_LOGITS: bool = true;
 
     /// The model from its tensors, each named once (`SpecList` lists them for a fixture, `Load` reads them).

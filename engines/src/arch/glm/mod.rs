@@ -45,7 +45,7 @@ impl Arch for Model {
         State::new(&self.config)
     }
 
-    /// `audio_rows`: glm refuses frames without counting them.
+    /// glm takes no audio frames (its refusal does not count them).
     fn audio_rows<'r>(&self, req: &'r Request) -> Result<crate::engine_loop::AudioRows<'r>> {
         if !req.audio.is_empty() {
             return Err(crate::error::EngineError::BadRequest("glm takes no audio frames".into()));

@@ -106,7 +106,7 @@ impl Arch for Model {
         EngineInfo { prompt_rows: Some(self.grid), ..base }
     }
 
-    /// glm53 refuses frames without counting them.
+    /// glm53 takes no audio frames (its refusal does not count them).
     fn audio_rows<'r>(&self, req: &'r Request) -> Result<crate::engine_loop::AudioRows<'r>> {
         if !req.audio.is_empty() {
             return Err(crate::error::EngineError::BadRequest("glm53 takes no audio frames".into()));
