@@ -150,6 +150,7 @@ impl CompressorState {
 /// The cached state of one layer.
 #[derive(Debug, Clone)]
 pub struct LayerState {
+    /// The raw k and v rows of the last `window` positions, `kv_heads · head_dim` wide, position t at row t % window.
     pub k: RingCache,
     pub v: RingCache,
     pub comp: CompressorState,

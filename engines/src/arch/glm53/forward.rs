@@ -16,7 +16,8 @@ use crate::dump::Writer;
 use crate::kernels::{attend, matmul_with, rms_norm, silu, Reduction};
 use crate::moe::Expert;
 
-/// k and v rows of one layer, row t holding position t.
+/// k and v rows of one layer (`kv_heads · head_dim` wide, one per position up to the capacity), row t holding
+/// position t.
 #[derive(Debug, Clone)]
 pub struct LayerKv {
     pub k: FullCache,

@@ -57,7 +57,10 @@ impl ArchConfig for Config {
 /// The attention half of a layer (shared by the main layers and the drafter's).
 #[derive(Debug, Clone)]
 pub struct Attn {
+    /// `[hidden]`.
     pub norm: Vec<f32>,
+    /// `[qd, hidden]`, `[kvd, hidden]`, `[kvd, hidden]`, `[hidden, qd]` (`qd = heads · head_dim`,
+    /// `kvd = kv_heads · head_dim`).
     pub wq: Vec<f32>,
     pub wk: Vec<f32>,
     pub wv: Vec<f32>,
@@ -68,6 +71,7 @@ pub struct Attn {
 #[derive(Debug, Clone)]
 pub struct Layer {
     pub attn: Attn,
+    /// `[hidden]`.
     pub ffn_norm: Vec<f32>,
     pub moe: Moe,
 }
@@ -76,7 +80,9 @@ pub struct Layer {
 #[derive(Debug, Clone)]
 pub struct DraftLayer {
     pub attn: Attn,
+    /// `[hidden]`.
     pub ffn_norm: Vec<f32>,
+    /// Gate and up `[ffn, hidden]`, down `[hidden, ffn]`.
     pub ffn: Expert,
 }
 
@@ -84,10 +90,13 @@ pub struct DraftLayer {
 #[derive(Debug, Clone)]
 pub struct Model {
     pub config: Config,
+    /// `[vocab, hidden]`.
     pub embed: Vec<f32>,
     pub layers: Vec<Layer>,
+    /// `[hidden]`, `[vocab, hidden]`.
     pub final_norm: Vec<f32>,
     pub lm_head: Vec<f32>,
+    /// The MTP drafter's layers and final norm (`[hidden]`); it shares the embedding and the lm head.
     pub draft: Vec<DraftLayer>,
     pub draft_norm: Vec<f32>,
     pub rope: Rope,
