@@ -2,6 +2,7 @@
 //! exits 0 when every check passed and 1 when one failed.
 
 use std::path::{Path, PathBuf};
+use strum::IntoEnumIterator;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -347,9 +348,9 @@ fn list(json: bool) -> Result<()> {
     if json {
         let value = serde_json::json!({
             "engines": engines,
-            "kinds": Kind::ALL.iter().map(|k| serde_json::json!({"name": k.name(), "what": k.describe()})).collect::<Vec<_>>(),
-            "boundary_cases": CaseName::ALL.iter().map(|c| c.name()).collect::<Vec<_>>(),
-            "checks": CheckName::ALL.iter().map(|c| c.name()).collect::<Vec<_>>(),
+            "kinds": Kind::iter().map(|k| serde_json::json!({"name": k.name(), "what": k.describe()})).collect::<Vec<_>>(),
+            "boundary_cases": CaseName::iter().map(|c| c.name()).collect::<Vec<_>>(),
+            "checks": CheckName::iter().map(|c| c.name()).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(());
@@ -363,10 +364,10 @@ fn list(json: bool) -> Result<()> {
         }
     }
     println!("scenario kinds:");
-    for k in Kind::ALL {
+    for k in Kind::iter() {
         println!("  {:<16} {}", k.name(), k.describe());
     }
-    println!("boundary cases: {}", CaseName::ALL.map(|c| c.name()).join(", "));
-    println!("checks: {}", CheckName::ALL.map(|c| c.name()).join(", "));
+    println!("boundary cases: {}", CaseName::iter().map(|c| c.name()).collect::<Vec<_>>().join(", "));
+    println!("checks: {}", CheckName::iter().map(|c| c.name()).collect::<Vec<_>>().join(", "));
     Ok(())
 }

@@ -3,16 +3,20 @@
 //! `index.html` showing them), so a regression shows up as a step in a line rather than a number in one report.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::plot::lines::{self, LineChart, Series};
-use crate::report::index_html::{href, inline_svg};
-use crate::report::junit::escape as esc;
+use minijinja::context;
+use minijinja::value::Value;
+
+use crate::report::index_html::{environment, inline_svg};
 use crate::report::summary::Summary;
 use crate::report::{self, results};
+
+/// The history page's markup.
+const HISTORY_TEMPLATE: &str = include_str!("report/history.html.j2");
 
 pub const HISTORY_CSV: &str = "history.csv";
 
@@ -225,30 +229,26 @@ pub fn plot(dir: &Path) -> Result<Vec<PathBuf>, HistoryError> {
     let rows = read(&dir.join(HISTORY_CSV))?;
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let mut drawn = Vec::new();
-    let mut html = String::from(
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta http-equiv=\"Content-Security-Policy\" \
-         content=\"default-src 'none'; style-src 'unsafe-inline'\">\n<title>kvproof nightly history</title>\n<style>\
-         body { font-family: system-ui, sans-serif; max-width: 1180px; margin: 24px auto; padding: 0 16px; }\
-         figure svg { width: 100%; max-width: 900px; height: auto; }</style>\n</head>\n<body>\n\
-         <h1>kvproof nightly history</h1>\n",
-    );
     let runs: std::collections::BTreeSet<&str> = rows.iter().map(|r| r.run.as_str()).collect();
-    let _ =
-        writeln!(html, "<p>{} runs recorded in <a href=\"{}\">{}</a>.</p>", runs.len(), href(HISTORY_CSV), HISTORY_CSV);
+    let mut figures = Vec::new();
     for (stem, chart) in charts(&rows) {
         let (svg, _png) = lines::draw(&chart, &dir.join(stem))?;
         let text = std::fs::read_to_string(&svg).map_err(io(&svg))?;
         let inline =
             inline_svg(&text).map_err(|message| HistoryError::Parse { path: svg.clone(), line: 0, message })?;
-        let _ = writeln!(
-            html,
-            "<figure>{inline}<figcaption>{} — <a href=\"{stem}.svg\">SVG</a> · <a href=\"{stem}.png\">PNG</a>\
-             </figcaption></figure>",
-            esc(&chart.title)
-        );
+        figures.push(context! { svg => Value::from_safe_string(inline), title => chart.title.clone(), stem });
         drawn.push(svg);
     }
-    html.push_str("</body>\n</html>\n");
+    let template_error = |e: minijinja::Error| HistoryError::Parse {
+        path: dir.join("index.html"),
+        line: 0,
+        message: format!("cannot render the page: {e:#}"),
+    };
+    let env = environment().map_err(template_error)?;
+    let html = env
+        .template_from_named_str("history.html", HISTORY_TEMPLATE)
+        .and_then(|t| t.render(context! { runs => runs.len(), csv => HISTORY_CSV, figures }))
+        .map_err(template_error)?;
     let index = dir.join("index.html");
     std::fs::write(&index, html).map_err(io(&index))?;
     Ok(drawn)

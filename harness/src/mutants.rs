@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use strum::IntoEnumIterator;
 
 use kvproof_engines::fault::Fault;
 use serde::{Deserialize, Serialize};
@@ -107,7 +108,7 @@ pub fn sweep(
 
 /// The table: one row per pass, one column per check, `x` where that check failed.
 pub fn render_table(report: &MutantsReport) -> String {
-    let mut columns: Vec<String> = CheckName::ALL.iter().map(|c| c.name().to_string()).collect();
+    let mut columns: Vec<String> = CheckName::iter().map(|c| c.name().to_string()).collect();
     columns.push("error".into());
     let width = report.faults.iter().map(|r| r.fault.len()).max().unwrap_or(0).max("(clean)".len());
     let mut t = String::new();

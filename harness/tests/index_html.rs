@@ -144,9 +144,8 @@ fn the_page_inlines_every_plot_and_links_only_to_files_of_the_run() {
 }
 
 /// Headless Chromium renders the page from the file system: the screenshot exists and is not a blank page.
-/// Chromium is optional on developer machines; under CI (`CI` set, as `.ci/run` and the workflows do, after
-/// installing it) a missing Chromium fails the test instead of skipping it.
 #[test]
+#[ignore = "needs a headless Chromium; .ci/run installs it and runs the ignored tests"]
 fn headless_chromium_renders_the_page() {
     let chrome = std::env::var("CHROME").ok().or_else(|| {
         ["chromium", "chromium-browser", "google-chrome"]
@@ -156,12 +155,7 @@ fn headless_chromium_renders_the_page() {
             })
             .map(str::to_string)
     });
-    let Some(chrome) = chrome else {
-        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
-        assert!(!ci, "CI is set but no Chromium is installed (apt-get install chromium, or set CHROME)");
-        eprintln!("no Chromium on this machine: ci/screenshot-index.sh not exercised");
-        return;
-    };
+    let chrome = chrome.expect("no Chromium on this machine (apt-get install chromium, or set CHROME)");
     let dir = tmp("screenshot");
     let run = make_run(&dir);
     let png = dir.join("index.png");

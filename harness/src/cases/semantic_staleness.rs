@@ -13,6 +13,7 @@
 
 use kvproof_engines::engine::EngineInfo;
 use kvproof_engines::rng::SplitMix64;
+use strum::IntoEnumIterator;
 
 use super::{plan_seed, Plan, Skipped, StaleProbe, Step};
 use crate::conversation::{random_text, PromptSpec};
@@ -60,12 +61,12 @@ fn unsupported(c: ContextName, p: &StalenessParams, info: &EngineInfo) -> Option
 
 /// Every case of the scenario, in order, and the contexts skipped with their reason.
 pub fn cases(p: &StalenessParams, seed: u64, info: &EngineInfo) -> (Vec<StaleCase>, Vec<Skipped>) {
-    let wanted: Vec<ContextName> = p.contexts.clone().unwrap_or_else(|| ContextName::ALL.to_vec());
+    let wanted: Vec<ContextName> = p.contexts.clone().unwrap_or_else(|| ContextName::iter().collect());
     let mut out = Vec::new();
     let mut skipped = Vec::new();
     let [lo, hi] = p.user_len;
     let m = p.max_tokens;
-    for (ci, c) in ContextName::ALL.into_iter().enumerate() {
+    for (ci, c) in ContextName::iter().enumerate() {
         if !wanted.contains(&c) {
             continue;
         }

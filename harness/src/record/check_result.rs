@@ -4,8 +4,23 @@
 use serde::{Deserialize, Serialize};
 
 /// Every check by name; the mutants table and the reports key on these.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::EnumIter,
+    strum::IntoStaticStr,
+    strum::Display,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum CheckName {
     /// Warm and cold ended the same way (both replied, or both refused with the same code), as expected.
     Outcome,
@@ -30,32 +45,8 @@ pub enum CheckName {
 }
 
 impl CheckName {
-    pub const ALL: [CheckName; 10] = [
-        CheckName::Outcome,
-        CheckName::Tokens,
-        CheckName::Control,
-        CheckName::Reuse,
-        CheckName::ReuseFired,
-        CheckName::Record,
-        CheckName::State,
-        CheckName::Coverage,
-        CheckName::Memory,
-        CheckName::Rate,
-    ];
-
     pub fn name(self) -> &'static str {
-        match self {
-            CheckName::Outcome => "outcome",
-            CheckName::Tokens => "tokens",
-            CheckName::Control => "control",
-            CheckName::Reuse => "reuse",
-            CheckName::ReuseFired => "reuse-fired",
-            CheckName::Record => "record",
-            CheckName::State => "state",
-            CheckName::Coverage => "coverage",
-            CheckName::Memory => "memory",
-            CheckName::Rate => "rate",
-        }
+        self.into()
     }
 
     /// Failures of these do not depend on sampling: a noisy control cannot excuse them.
@@ -64,12 +55,6 @@ impl CheckName {
             self,
             CheckName::Reuse | CheckName::ReuseFired | CheckName::Record | CheckName::Coverage | CheckName::Memory
         )
-    }
-}
-
-impl std::fmt::Display for CheckName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
     }
 }
 
@@ -111,8 +96,21 @@ impl CheckResult {
 }
 
 /// A trial's verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::EnumIter,
+    strum::IntoStaticStr,
+    strum::Display,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Verdict {
     Pass,
     Fail,
@@ -125,22 +123,18 @@ pub enum Verdict {
 
 impl Verdict {
     pub fn name(self) -> &'static str {
-        match self {
-            Verdict::Pass => "pass",
-            Verdict::Fail => "fail",
-            Verdict::Inconclusive => "inconclusive",
-            Verdict::Error => "error",
-        }
+        self.into()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use strum::IntoEnumIterator;
 
     #[test]
     fn names_round_trip_through_json() {
-        for c in CheckName::ALL {
+        for c in CheckName::iter() {
             let json = serde_json::to_string(&c).expect("json");
             assert_eq!(json, format!("\"{}\"", c.name()));
         }

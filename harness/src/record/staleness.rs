@@ -6,8 +6,21 @@ use serde::{Deserialize, Serialize};
 use crate::scenario::ContextName;
 
 /// What a warm reply was classified as.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::EnumIter,
+    strum::IntoStaticStr,
+    strum::Display,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum Class {
     Fresh,
     Stale,
@@ -18,12 +31,7 @@ pub enum Class {
 
 impl Class {
     pub fn name(self) -> &'static str {
-        match self {
-            Class::Fresh => "fresh",
-            Class::Stale => "stale",
-            Class::Corrupt => "corrupt",
-            Class::Inconclusive => "inconclusive",
-        }
+        self.into()
     }
 }
 

@@ -17,28 +17,6 @@ use crate::record::TrialRecord;
 
 pub const GROWTH_CSV: &str = "growth.csv";
 
-pub fn junit_case(scenario: &str, s: &GrowthStats) -> String {
-    let esc = super::junit::escape;
-    let head = format!(
-        "    <testcase classname=\"{}\" name=\"growth assertions (warm {:.2}x, cold {:.2}x over {:.1}x context, \
-         {:.0}% of ideal speedup, {:.1}% reused)\"",
-        esc(scenario),
-        s.warm_ratio,
-        s.cold_ratio,
-        s.context_growth,
-        100.0 * s.speedup_of_ideal,
-        100.0 * s.reuse_fraction
-    );
-    if s.violations.is_empty() {
-        return format!("{head}/>\n");
-    }
-    format!(
-        "{head}>\n      <failure message=\"{}\">{}</failure>\n    </testcase>\n",
-        esc(&s.violations[0]),
-        esc(&s.violations.join("\n"))
-    )
-}
-
 #[derive(Serialize)]
 struct CsvRow<'a> {
     scenario: &'a str,

@@ -242,7 +242,7 @@ fn artifacts(dir: &Path) -> Vec<Value> {
 
 /// The template environment: HTML auto-escaping for every template, undefined values are errors (a misspelt
 /// name fails the tests instead of rendering as nothing), and the `href` filter.
-fn environment() -> Result<Environment<'static>, minijinja::Error> {
+pub fn environment() -> Result<Environment<'static>, minijinja::Error> {
     let mut env = Environment::new();
     env.set_auto_escape_callback(|_| AutoEscape::Html);
     env.set_undefined_behavior(UndefinedBehavior::Strict);

@@ -13,24 +13,6 @@ use crate::record::TrialRecord;
 use crate::record::{CheckName, Status, Verdict};
 use crate::stats;
 
-/// XML-escape text and attribute values; drops characters XML 1.0 cannot carry.
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            '\t' | '\n' | '\r' => out.push(c),
-            c if (c as u32) < 0x20 => {}
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// The trial's wall time: warm, cold and control runs together. None when a recorded time is not a finite,
 /// non-negative number (the attribute is then left out rather than written as `NaN`).
 fn duration(t: &TrialRecord) -> Option<Duration> {
@@ -155,15 +137,5 @@ pub fn render(summary: &Summary, trials: &[TrialRecord]) -> String {
             report.add_test_suite(suite);
             report.to_string().unwrap_or_default()
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn escapes_markup_and_drops_control_bytes() {
-        assert_eq!(escape("a<b & \"c\"\u{1}"), "a&lt;b &amp; &quot;c&quot;");
     }
 }

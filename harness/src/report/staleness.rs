@@ -6,6 +6,7 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
+use strum::IntoEnumIterator;
 
 use serde::{Deserialize, Serialize};
 
@@ -95,7 +96,7 @@ pub fn stats(trials: &[&TrialRecord], confidence: f64) -> StalenessStats {
             .staleness
             .as_ref()
             .map(|o| o.context)
-            .or_else(|| ContextName::ALL.into_iter().find(|c| t.plan.starts_with(c.name())));
+            .or_else(|| ContextName::iter().find(|c| t.plan.starts_with(c.name())));
         let Some(ctx) = ctx else { continue };
         match per.iter_mut().find(|(c, _)| *c == ctx) {
             Some((_, counts)) => counts.add(t),

@@ -12,7 +12,8 @@ use crate::driver::{Driver, DriverError, Generation, Launcher};
 use crate::record::{Sink, TurnRow};
 
 /// Which instance ran a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Role {
     /// The instance that lives through the plan and reuses its state.
     Warm,
@@ -26,12 +27,7 @@ pub enum Role {
 
 impl Role {
     pub fn name(self) -> &'static str {
-        match self {
-            Role::Warm => "warm",
-            Role::Cold => "cold",
-            Role::Control => "control",
-            Role::Probe => "probe",
-        }
+        self.into()
     }
 
     fn code(self) -> u64 {

@@ -4,6 +4,7 @@
 //! schema below says what that visitor accepts.
 
 use std::borrow::Cow;
+use strum::IntoEnumIterator;
 
 use kvproof_engines::config::Preset;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
@@ -44,9 +45,8 @@ fn params_schema(kind: Kind, generator: &mut SchemaGenerator) -> Schema {
 
 /// For each kind: `params` has that kind's type, and only growth curves carry the growth assertions.
 fn per_kind(generator: &mut SchemaGenerator) -> Vec<Value> {
-    Kind::ALL
-        .iter()
-        .map(|&kind| {
+    Kind::iter()
+        .map(|kind| {
             let mut then = Map::new();
             then.insert("params".into(), params_schema(kind, generator).to_value());
             if kind != Kind::GrowthCurve {
@@ -151,8 +151,8 @@ mod tests {
     fn every_kind_selects_its_params_and_only_growth_curves_take_growth_assertions() {
         let schema: Value = serde_json::from_str(&schema_json()).expect("json");
         let all_of = schema["allOf"].as_array().expect("allOf");
-        assert_eq!(all_of.len(), Kind::ALL.len());
-        for (rule, kind) in all_of.iter().zip(Kind::ALL) {
+        assert_eq!(all_of.len(), Kind::iter().count());
+        for (rule, kind) in all_of.iter().zip(Kind::iter()) {
             assert_eq!(rule["if"]["properties"]["kind"]["const"], kind.name());
             let params = rule["then"]["properties"]["params"]["$ref"].as_str().expect("$ref");
             assert!(schema.pointer(&params.replacen('#', "", 1)).is_some(), "dangling {params}");

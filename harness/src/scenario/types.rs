@@ -33,8 +33,22 @@ pub struct Scenario {
 }
 
 /// The kinds of trial a scenario can ask for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    strum::EnumIter,
+    strum::IntoStaticStr,
+    strum::Display,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum Kind {
     BoundaryMatrix,
     StressPairs,
@@ -43,14 +57,8 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 4] = [Kind::BoundaryMatrix, Kind::StressPairs, Kind::GrowthCurve, Kind::SemanticStaleness];
     pub fn name(self) -> &'static str {
-        match self {
-            Kind::BoundaryMatrix => "boundary-matrix",
-            Kind::StressPairs => "stress-pairs",
-            Kind::GrowthCurve => "growth-curve",
-            Kind::SemanticStaleness => "semantic-staleness",
-        }
+        self.into()
     }
     pub fn describe(self) -> &'static str {
         match self {
@@ -59,12 +67,6 @@ impl Kind {
             Kind::GrowthCurve => "a growing conversation; per-turn wall time warm vs cold, slopes, speedup vs ideal",
             Kind::SemanticStaleness => "warm replies classified fresh, stale(context) or corrupt, with bounds",
         }
-    }
-}
-
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 

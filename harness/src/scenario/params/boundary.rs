@@ -1,7 +1,5 @@
 //! `params` of kind `boundary-matrix`: which edge cases of the reuse decision to run.
 
-use std::fmt;
-
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -31,8 +29,24 @@ impl Default for BoundaryParams {
 }
 
 /// The boundary cases of the reuse decision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    strum::EnumIter,
+    strum::IntoStaticStr,
+    strum::Display,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum CaseName {
     /// The next chat turn: prompt + reply + new user text. Reuse is everything fed.
     Extend,
@@ -84,62 +98,8 @@ pub enum CaseName {
 }
 
 impl CaseName {
-    pub const ALL: [CaseName; 22] = [
-        CaseName::Extend,
-        CaseName::ExactRepeat,
-        CaseName::Shorter,
-        CaseName::DivergeFirst,
-        CaseName::DivergeMiddle,
-        CaseName::DivergeLast,
-        CaseName::PromptReply,
-        CaseName::WindowWrap,
-        CaseName::CapacityGrowth,
-        CaseName::AudioTaint,
-        CaseName::ContextOverflow,
-        CaseName::CancelRetry,
-        CaseName::GrowingConversation,
-        CaseName::BlockEdges,
-        CaseName::GridDiverge,
-        CaseName::GridRepeat,
-        CaseName::GridShorter,
-        CaseName::GridReply,
-        CaseName::GridTiling,
-        CaseName::Interleave,
-        CaseName::SlotSwitch,
-        CaseName::Share,
-    ];
-
     pub fn name(self) -> &'static str {
-        match self {
-            CaseName::Extend => "extend",
-            CaseName::ExactRepeat => "exact-repeat",
-            CaseName::Shorter => "shorter",
-            CaseName::DivergeFirst => "diverge-first",
-            CaseName::DivergeMiddle => "diverge-middle",
-            CaseName::DivergeLast => "diverge-last",
-            CaseName::PromptReply => "prompt-reply",
-            CaseName::WindowWrap => "window-wrap",
-            CaseName::CapacityGrowth => "capacity-growth",
-            CaseName::AudioTaint => "audio-taint",
-            CaseName::ContextOverflow => "context-overflow",
-            CaseName::CancelRetry => "cancel-retry",
-            CaseName::GrowingConversation => "growing-conversation",
-            CaseName::BlockEdges => "block-edges",
-            CaseName::GridDiverge => "grid-diverge",
-            CaseName::GridRepeat => "grid-repeat",
-            CaseName::GridShorter => "grid-shorter",
-            CaseName::GridReply => "grid-reply",
-            CaseName::GridTiling => "grid-tiling",
-            CaseName::Interleave => "interleave",
-            CaseName::SlotSwitch => "slot-switch",
-            CaseName::Share => "share",
-        }
-    }
-}
-
-impl fmt::Display for CaseName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        self.into()
     }
 }
 

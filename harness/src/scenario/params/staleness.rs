@@ -7,8 +7,24 @@ use serde::{Deserialize, Serialize};
 use super::{MAX_TOKENS, MAX_USER_LEN};
 
 /// The stale contexts a case can hold next to its current prompt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    strum::EnumIter,
+    strum::IntoStaticStr,
+    strum::Display,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum ContextName {
     /// The slot's previous request: the same conversation with a different last user message (an edited and
     /// re-sent question).
@@ -20,21 +36,8 @@ pub enum ContextName {
 }
 
 impl ContextName {
-    pub const ALL: [ContextName; 3] =
-        [ContextName::PreviousTurn, ContextName::OtherConversation, ContextName::OtherSlot];
-
     pub fn name(self) -> &'static str {
-        match self {
-            ContextName::PreviousTurn => "previous-turn",
-            ContextName::OtherConversation => "other-conversation",
-            ContextName::OtherSlot => "other-slot",
-        }
-    }
-}
-
-impl std::fmt::Display for ContextName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        self.into()
     }
 }
 
@@ -123,6 +126,7 @@ impl StalenessParams {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use strum::IntoEnumIterator;
 
     #[test]
     fn validation_names_the_field() {
@@ -137,7 +141,7 @@ mod tests {
 
     #[test]
     fn context_names_round_trip() {
-        for c in ContextName::ALL {
+        for c in ContextName::iter() {
             assert_eq!(serde_json::to_string(&c).expect("json"), format!("\"{}\"", c.name()));
         }
     }
