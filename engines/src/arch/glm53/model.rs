@@ -3,11 +3,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::arch::checkpoint_layout::{embedding, expert, layer_prefix, moe, output_head};
+use crate::arch::checkpoint_layout::{expert, Stack};
 use crate::config::{ArchConfig, BaseConfig, HashLayout, Preset};
 use crate::error::Result;
 use crate::kernels::Rope;
-use crate::moe::{Expert, Moe};
+use crate::moe::Expert;
 use crate::tensors::{within, Source};
 
 fn yes() -> bool {
@@ -54,33 +54,21 @@ impl ArchConfig for Config {
     }
 }
 
-/// The attention half of a layer (shared by the main layers and the drafter's).
+/// The attention of a layer (the main layers' and the drafter's): q `[qd, hidden]`, k and v `[kvd, hidden]`,
+/// o `[hidden, qd]` (`qd = heads · head_dim`, `kvd = kv_heads · head_dim`).
 #[derive(Debug, Clone)]
 pub struct Attn {
-    /// `[hidden]`.
-    pub norm: Vec<f32>,
-    /// `[qd, hidden]`, `[kvd, hidden]`, `[kvd, hidden]`, `[hidden, qd]` (`qd = heads · head_dim`,
-    /// `kvd = kv_heads · head_dim`).
     pub wq: Vec<f32>,
     pub wk: Vec<f32>,
     pub wv: Vec<f32>,
     pub wo: Vec<f32>,
 }
 
-/// One main transformer layer.
-#[derive(Debug, Clone)]
-pub struct Layer {
-    pub attn: Attn,
-    /// `[hidden]`.
-    pub ffn_norm: Vec<f32>,
-    pub moe: Moe,
-}
-
-/// One drafter layer: attention and a dense SiLU-gated FFN.
+/// One drafter layer: attention and a dense SiLU-gated FFN, each pre-normed (`[hidden]` norms).
 #[derive(Debug, Clone)]
 pub struct DraftLayer {
+    pub attn_norm: Vec<f32>,
     pub attn: Attn,
-    /// `[hidden]`.
     pub ffn_norm: Vec<f32>,
     /// Gate and up `[ffn, hidden]`, down `[hidden, ffn]`.
     pub ffn: Expert,
@@ -90,12 +78,7 @@ pub struct DraftLayer {
 #[derive(Debug, Clone)]
 pub struct Model {
     pub config: Config,
-    /// `[vocab, hidden]`.
-    pub embed: Vec<f32>,
-    pub layers: Vec<Layer>,
-    /// `[hidden]`, `[vocab, hidden]`.
-    pub final_norm: Vec<f32>,
-    pub lm_head: Vec<f32>,
+    pub stack: Stack<Attn>,
     /// The MTP drafter's layers and final norm (`[hidden]`); it shares the embedding and the lm head.
     pub draft: Vec<DraftLayer>,
     pub draft_norm: Vec<f32>,
@@ -106,12 +89,10 @@ pub struct Model {
     pub hash: String,
 }
 
-/// A layer's attention half under `t`: input norm `[hidden]`, q `[qd, hidden]`, k and v `[kvd, hidden]`,
-/// o `[hidden, qd]` (`qd = heads · head_dim`, `kvd = kv_heads · head_dim`).
+/// A layer's attention under `t`.
 fn attention(t: &mut dyn Source, c: &Config) -> Result<Attn> {
     let (h, qd, kvd) = (c.hidden, c.heads * c.head_dim, c.kv_heads * c.head_dim);
     Ok(Attn {
-        norm: t.norm("input_layernorm.weight", h)?,
         wq: t.linear("self_attn.q_proj.weight", qd, h)?,
         wk: t.linear("self_attn.k_proj.weight", kvd, h)?,
         wv: t.linear("self_attn.v_proj.weight", kvd, h)?,
@@ -123,24 +104,18 @@ impl Model {
     /// The model from `src`, every tensor named once, in checkpoint order (the drafter's `mtp.` tensors last).
     pub fn build(c: Config, src: &mut dyn Source, hash: String) -> Result<Model> {
         let h = c.hidden;
-        let embed = embedding(src, &c)?;
-        let mut layers = Vec::with_capacity(c.layers);
-        for i in 0..c.layers {
-            let t = &mut within(src, layer_prefix(i));
-            let attn = attention(t, &c)?;
-            layers.push(Layer { attn, ffn_norm: t.norm("post_attention_layernorm.weight", h)?, moe: moe(t, &c)? });
-        }
-        let (final_norm, lm_head) = output_head(src, &c)?;
+        let stack = Stack::build(src, &c, |t, _| attention(t, &c))?;
         let mut draft = Vec::with_capacity(c.draft_layers);
         for i in 0..c.draft_layers {
             let t = &mut within(src, format!("mtp.layers.{i}."));
+            let attn_norm = t.norm("input_layernorm.weight", h)?;
             let attn = attention(t, &c)?;
             let ffn_norm = t.norm("post_attention_layernorm.weight", h)?;
-            draft.push(DraftLayer { attn, ffn_norm, ffn: expert(&mut within(t, "mlp."), &c)? });
+            draft.push(DraftLayer { attn_norm, attn, ffn_norm, ffn: expert(&mut within(t, "mlp."), &c)? });
         }
         let draft_norm = if c.draft_layers > 0 { src.norm("mtp.norm.weight", h)? } else { Vec::new() };
         let grid = if c.prompt_rows > 0 { c.prompt_rows } else { c.prefill_chunk };
         let rope = Rope::new(c.head_dim, c.rope_theta);
-        Ok(Model { embed, layers, final_norm, lm_head, draft, draft_norm, rope, grid, hash, config: c })
+        Ok(Model { stack, draft, draft_norm, rope, grid, hash, config: c })
     }
 }
