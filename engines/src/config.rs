@@ -1,4 +1,6 @@
-//! `config.json`: the shape of a model. Lenient on read (defaults for what an older file omits).
+//! `config.json`: the shape of a model — the base every arch shares plus each arch's own options (the arch's
+//! config type lives in its folder). Lenient on read for what an older file omits, strict on what a config has
+//! no option for.
 
 use std::fmt;
 use std::path::Path;
@@ -50,16 +52,13 @@ fn default_theta() -> f32 {
 fn default_eps() -> f32 {
     1e-5
 }
-fn yes() -> bool {
-    true
-}
 fn one() -> usize {
     1
 }
 
-/// The model configuration shared by every arch; fields an arch does not use stay at their defaults.
+/// The fields every arch's config shares: the transformer's shape, the MoE FFN, and how the engine serves it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ModelConfig {
+pub struct BaseConfig {
     pub arch: String,
     #[serde(default)]
     pub preset: Option<String>,
@@ -75,18 +74,6 @@ pub struct ModelConfig {
     pub top_k: usize,
     #[serde(default = "one")]
     pub shared_experts: usize,
-    /// Sliding-window length of ring layers (0: none).
-    #[serde(default)]
-    pub window: usize,
-    /// Store sliding layers as rings of `window` rows (false: full caches, same attention; a reference for tests).
-    #[serde(default = "yes")]
-    pub ring_kv: bool,
-    /// Every `global_every`-th layer (1-based) is global; the rest slide.
-    #[serde(default)]
-    pub global_every: usize,
-    /// Short-convolution width on k/v (0: none).
-    #[serde(default)]
-    pub conv_kernel: usize,
     pub max_ctx: usize,
     /// Positions allocated for a fresh slot; capacity grows (doubling) from there.
     pub initial_capacity: usize,
@@ -94,45 +81,41 @@ pub struct ModelConfig {
     pub prefill_chunk: usize,
     #[serde(default = "one")]
     pub slots: usize,
-    /// Bytes of one audio frame's payload (0: no audio).
-    #[serde(default)]
-    pub audio_frame_bytes: usize,
-    /// MLA (glm, kimi): width of the cached latent row and of the cached rope row per position.
-    #[serde(default)]
-    pub kv_lora: usize,
-    #[serde(default)]
-    pub qk_rope: usize,
-    /// kimi: every `mla_every`-th layer (1-based) and the last are gated MLA; the rest are KDA.
-    #[serde(default)]
-    pub mla_every: usize,
-    /// deepseek: positions per compressed row.
-    #[serde(default)]
-    pub compress_ratio: usize,
-    /// glm53: the position-fixed prefill chunk grid.
-    #[serde(default)]
-    pub prompt_rows: usize,
-    /// glm53: layers of the speculative drafter.
-    #[serde(default)]
-    pub draft_layers: usize,
-    /// glm: cross-slot prefix sharing (off by default).
-    #[serde(default)]
-    pub kv_share: bool,
-    /// glm53: the prefix cache switch; off reproduces the cold path bit for bit.
-    #[serde(default = "yes")]
-    pub prefix_cache: bool,
     #[serde(default = "default_theta")]
     pub rope_theta: f32,
     #[serde(default = "default_eps")]
     pub norm_eps: f32,
 }
 
-impl ModelConfig {
-    pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|source| EngineError::Io { path: path.into(), source })?;
-        let config: ModelConfig = serde_json::from_str(&text)
-            .map_err(|e| EngineError::Config { path: path.into(), message: e.to_string() })?;
-        config.validate().map_err(|message| EngineError::Config { path: path.into(), message })?;
-        Ok(config)
+impl BaseConfig {
+    /// The shared shape of `preset`, before an arch sets its own options (and changes what it must).
+    pub fn preset(arch: &str, preset: Preset) -> Self {
+        let (hidden, layers, heads, kv_heads, head_dim, ffn, experts, max_ctx, initial_capacity, prefill_chunk) =
+            match preset {
+                Preset::Tiny => (64, 8, 4, 2, 16, 64, 4, 1024, 64, 16),
+                Preset::Small => (256, 12, 8, 4, 32, 256, 8, 8192, 256, 64),
+                Preset::Bench => (512, 12, 8, 4, 64, 512, 8, 16384, 1024, 128),
+            };
+        BaseConfig {
+            arch: arch.into(),
+            preset: Some(preset.name().into()),
+            vocab: crate::tokenizer::VOCAB,
+            hidden,
+            layers,
+            heads,
+            kv_heads,
+            head_dim,
+            ffn,
+            experts,
+            top_k: 2,
+            shared_experts: 1,
+            max_ctx,
+            initial_capacity,
+            prefill_chunk,
+            slots: 1,
+            rope_theta: 10000.0,
+            norm_eps: 1e-5,
+        }
     }
 
     /// Shape checks that would otherwise surface as index panics deep in a kernel.
@@ -174,149 +157,199 @@ impl ModelConfig {
         }
         Ok(())
     }
+}
 
-    /// The built-in shape of `arch` at `preset`.
-    pub fn preset(arch: &str, preset: Preset) -> Result<Self> {
-        crate::bundled::arch(arch)?;
-        let mut c = match preset {
-            Preset::Tiny => ModelConfig {
-                arch: arch.into(),
-                preset: Some("tiny".into()),
-                vocab: crate::tokenizer::VOCAB,
-                hidden: 64,
-                layers: 8,
-                heads: 4,
-                kv_heads: 2,
-                head_dim: 16,
-                ffn: 64,
-                experts: 4,
-                top_k: 2,
-                shared_experts: 1,
-                window: 8,
-                ring_kv: true,
-                global_every: 8,
-                conv_kernel: 3,
-                max_ctx: 1024,
-                initial_capacity: 64,
-                prefill_chunk: 16,
-                slots: 1,
-                audio_frame_bytes: 8,
-                rope_theta: 10000.0,
-                norm_eps: 1e-5,
-                kv_lora: 0,
-                qk_rope: 0,
-                mla_every: 0,
-                compress_ratio: 0,
-                prompt_rows: 0,
-                draft_layers: 0,
-                kv_share: false,
-                prefix_cache: true,
-            },
-            Preset::Small => ModelConfig {
-                arch: arch.into(),
-                preset: Some("small".into()),
-                vocab: crate::tokenizer::VOCAB,
-                hidden: 256,
-                layers: 12,
-                heads: 8,
-                kv_heads: 4,
-                head_dim: 32,
-                ffn: 256,
-                experts: 8,
-                top_k: 2,
-                shared_experts: 1,
-                window: 64,
-                ring_kv: true,
-                global_every: 6,
-                conv_kernel: 3,
-                max_ctx: 8192,
-                initial_capacity: 256,
-                prefill_chunk: 64,
-                slots: 1,
-                audio_frame_bytes: 16,
-                rope_theta: 10000.0,
-                norm_eps: 1e-5,
-                kv_lora: 0,
-                qk_rope: 0,
-                mla_every: 0,
-                compress_ratio: 0,
-                prompt_rows: 0,
-                draft_layers: 0,
-                kv_share: false,
-                prefix_cache: true,
-            },
-            Preset::Bench => ModelConfig {
-                arch: arch.into(),
-                preset: Some("bench".into()),
-                vocab: crate::tokenizer::VOCAB,
-                hidden: 512,
-                layers: 12,
-                heads: 8,
-                kv_heads: 4,
-                head_dim: 64,
-                ffn: 512,
-                experts: 8,
-                top_k: 2,
-                shared_experts: 1,
-                window: 256,
-                ring_kv: true,
-                global_every: 6,
-                conv_kernel: 3,
-                max_ctx: 16384,
-                initial_capacity: 1024,
-                prefill_chunk: 128,
-                slots: 1,
-                audio_frame_bytes: 16,
-                rope_theta: 10000.0,
-                norm_eps: 1e-5,
-                kv_lora: 0,
-                qk_rope: 0,
-                mla_every: 0,
-                compress_ratio: 0,
-                prompt_rows: 0,
-                draft_layers: 0,
-                kv_share: false,
-                prefix_cache: true,
-            },
-        };
-        (crate::bundled::entry(arch)?.preset)(&mut c, preset);
-        Ok(c)
-    }
+/// `Deref`/`DerefMut` of an arch config (a struct with a `base: BaseConfig` field) to its base, so the shared
+/// fields read as the config's own (`c.hidden`).
+#[macro_export]
+macro_rules! derefs_to_base {
+    ($config:ty) => {
+        impl std::ops::Deref for $config {
+            type Target = $crate::config::BaseConfig;
+            fn deref(&self) -> &$crate::config::BaseConfig {
+                &self.base
+            }
+        }
+        impl std::ops::DerefMut for $config {
+            fn deref_mut(&mut self) -> &mut $crate::config::BaseConfig {
+                &mut self.base
+            }
+        }
+    };
+}
 
-    /// Whether layer `i` is a global (full-attention) layer.
-    pub fn is_global(&self, layer: usize) -> bool {
-        self.window == 0 || self.global_every == 0 || (layer + 1).is_multiple_of(self.global_every)
+/// The sliding window of a preset, for an arch with ring layers.
+pub fn preset_window(preset: Preset) -> usize {
+    match preset {
+        Preset::Tiny => 8,
+        Preset::Small => 64,
+        Preset::Bench => 256,
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// The config of one arch: the shared base (which it derefs to) plus the arch's own options (`config.json`,
+/// flat).
+pub trait ArchConfig:
+    Clone
+    + std::fmt::Debug
+    + PartialEq
+    + Serialize
+    + serde::de::DeserializeOwned
+    + std::ops::Deref<Target = BaseConfig>
+    + std::ops::DerefMut
+{
+    /// The arch's shape at `preset`.
+    fn preset(preset: Preset) -> Self;
+    fn base(&self) -> &BaseConfig {
+        self
+    }
+    /// The base checks, then the arch's own.
+    fn validate(&self) -> std::result::Result<(), String> {
+        self.base().validate()
+    }
+    /// The fields as the model hash reads them (see `HashLayout`).
+    fn hash_layout(&self) -> HashLayout;
+}
 
-    #[test]
-    fn presets_validate() {
-        for p in Preset::ALL {
-            ModelConfig::preset("inkling", p)
-                .and_then(|c| c.validate().map_err(EngineError::BadRequest))
-                .unwrap_or_else(|e| panic!("{p}: {e}"));
+/// The field list the model hash is taken over: every arch's options in one flat record, each option an arch
+/// does not have at its neutral value. It is the layout `config.json` had when one config served every arch, so a
+/// model hash pinned in a report or a document stays the hash of the same model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HashLayout {
+    pub arch: String,
+    pub preset: Option<String>,
+    pub vocab: usize,
+    pub hidden: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub ffn: usize,
+    pub experts: usize,
+    pub top_k: usize,
+    pub shared_experts: usize,
+    pub window: usize,
+    pub ring_kv: bool,
+    pub global_every: usize,
+    pub conv_kernel: usize,
+    pub max_ctx: usize,
+    pub initial_capacity: usize,
+    pub prefill_chunk: usize,
+    pub slots: usize,
+    pub audio_frame_bytes: usize,
+    pub kv_lora: usize,
+    pub qk_rope: usize,
+    pub mla_every: usize,
+    pub compress_ratio: usize,
+    pub prompt_rows: usize,
+    pub draft_layers: usize,
+    pub kv_share: bool,
+    pub prefix_cache: bool,
+    pub rope_theta: f32,
+    pub norm_eps: f32,
+}
+
+impl HashLayout {
+    /// The base's fields, every arch option neutral.
+    pub fn of(b: &BaseConfig) -> Self {
+        HashLayout {
+            arch: b.arch.clone(),
+            preset: b.preset.clone(),
+            vocab: b.vocab,
+            hidden: b.hidden,
+            layers: b.layers,
+            heads: b.heads,
+            kv_heads: b.kv_heads,
+            head_dim: b.head_dim,
+            ffn: b.ffn,
+            experts: b.experts,
+            top_k: b.top_k,
+            shared_experts: b.shared_experts,
+            window: 0,
+            ring_kv: true,
+            global_every: 0,
+            conv_kernel: 0,
+            max_ctx: b.max_ctx,
+            initial_capacity: b.initial_capacity,
+            prefill_chunk: b.prefill_chunk,
+            slots: b.slots,
+            audio_frame_bytes: 0,
+            kv_lora: 0,
+            qk_rope: 0,
+            mla_every: 0,
+            compress_ratio: 0,
+            prompt_rows: 0,
+            draft_layers: 0,
+            kv_share: false,
+            prefix_cache: true,
+            rope_theta: b.rope_theta,
+            norm_eps: b.norm_eps,
         }
     }
+}
 
-    #[test]
-    fn tiny_has_one_global_layer() {
-        let c = ModelConfig::preset("inkling", Preset::Tiny).expect("tiny");
-        assert_eq!((0..c.layers).filter(|&l| c.is_global(l)).count(), 1);
+/// Keys of a config object that name the arch and preset rather than an option.
+const FIXED: &[&str] = &["arch", "preset"];
+
+/// `C` read from a JSON object, every key checked against `C`'s fields: an option `C`'s arch does not have is an
+/// error naming the arch and the option, with the options it has.
+pub fn from_json<C: ArchConfig>(fields: serde_json::Map<String, serde_json::Value>) -> std::result::Result<C, String> {
+    let arch = fields.get("arch").and_then(|v| v.as_str()).unwrap_or_default().to_string();
+    let known = option_names::<C>();
+    if let Some(key) = fields.keys().find(|k| !FIXED.contains(&k.as_str()) && !known.contains(k)) {
+        return Err(format!("{key}: {arch} has no option {key} (options: {})", known.join(", ")));
     }
+    let config: C = serde_json::from_value(serde_json::Value::Object(fields)).map_err(|e| e.to_string())?;
+    config.validate()?;
+    Ok(config)
+}
 
-    #[test]
-    fn bad_config_names_file_and_field() {
-        let dir = std::env::temp_dir().join(format!("kvproof-config-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("tmp");
-        let path = dir.join("config.json");
-        let mut c = ModelConfig::preset("inkling", Preset::Tiny).expect("tiny");
-        c.heads = 3;
-        std::fs::write(&path, serde_json::to_string(&c).expect("json")).expect("write");
-        let err = ModelConfig::load(&path).expect_err("invalid").to_string();
-        assert!(err.contains("config.json") && err.contains("`heads`"), "{err}");
+/// The options of `C` (every field but arch and preset), sorted, as a preset of `C` serialises them.
+fn option_names<C: ArchConfig>() -> Vec<String> {
+    let mut names: Vec<String> = match serde_json::to_value(C::preset(Preset::Tiny)) {
+        Ok(serde_json::Value::Object(m)) => m.keys().filter(|k| !FIXED.contains(&k.as_str())).cloned().collect(),
+        _ => Vec::new(),
+    };
+    names.sort_unstable();
+    names
+}
+
+/// `C` at `preset` with `overrides` applied and validated. Errors name the key at fault:
+/// `engine.config.<key>: ...` for a key, `engine.config: ...` for a value or a failed check.
+pub fn with_overrides<C: ArchConfig>(
+    preset: Preset,
+    overrides: &serde_json::Map<String, serde_json::Value>,
+) -> std::result::Result<C, String> {
+    let base = C::preset(preset);
+    if overrides.is_empty() {
+        return Ok(base);
+    }
+    let arch = base.base().arch.clone();
+    let Ok(serde_json::Value::Object(mut fields)) = serde_json::to_value(&base) else {
+        return Err(format!("engine.config: the {arch} config is not an object"));
+    };
+    let known = option_names::<C>();
+    for (key, value) in overrides {
+        if FIXED.contains(&key.as_str()) {
+            return Err(format!("engine.config.{key}: set by the engine's `{key}`, not by an override"));
+        }
+        if !known.contains(key) {
+            return Err(format!("engine.config.{key}: {arch} has no option {key} (options: {})", known.join(", ")));
+        }
+        fields.insert(key.clone(), value.clone());
+    }
+    let config: C =
+        serde_json::from_value(serde_json::Value::Object(fields)).map_err(|e| format!("engine.config: {e}"))?;
+    config.validate().map_err(|e| format!("engine.config: {e}"))?;
+    Ok(config)
+}
+
+/// Read `config.json`: the arch's own config, unknown options and failed checks naming the file.
+pub fn read_json(path: &Path) -> Result<serde_json::Map<String, serde_json::Value>> {
+    let text = std::fs::read_to_string(path).map_err(|source| EngineError::Io { path: path.into(), source })?;
+    match serde_json::from_str(&text) {
+        Ok(serde_json::Value::Object(fields)) => Ok(fields),
+        Ok(_) => Err(EngineError::Config { path: path.into(), message: "not a JSON object".into() }),
+        Err(e) => Err(EngineError::Config { path: path.into(), message: e.to_string() }),
     }
 }

@@ -76,8 +76,16 @@ pub trait Observer {
     fn on_token(&mut self, _event: &TokenEvent) -> Flow {
         Flow::Continue
     }
-    /// Polled after each prefill segment. Only `Cancel` is acted on here (it aborts mid-prefill and taints);
-    /// a stop takes effect at the next emitted token, so a stopped reply is never empty.
+    /// Polled after each prefill segment (and, on an arch whose segments can be abandoned part way, between the
+    /// layers of a segment). One policy for every bundled engine:
+    /// - `Cancel` aborts: the request fails with `EngineError::Cancelled` and the slot's record is tainted;
+    /// - `Stop` lets the segment under way finish, then ends prefill. If prompt positions are left unfed the reply
+    ///   is empty (stop reason `Stopped`: there are no prompt logits to sample from) and the segments fed stay
+    ///   in the state and the record, so a later prompt extending them reuses them; if the whole prompt was fed,
+    ///   decode runs as usual.
+    ///
+    /// The serve protocol never stops here (a STOP frame takes effect at the next token, so a stopped reply over
+    /// stdio is never empty); in-process drivers may.
     fn on_progress(&mut self) -> Flow {
         Flow::Continue
     }

@@ -5,7 +5,8 @@ use std::path::Path;
 
 use safetensors::tensor::{Dtype, TensorView};
 
-use crate::config::{ModelConfig, Preset};
+use crate::bundled::ModelConfig;
+use crate::config::Preset;
 use crate::error::{EngineError, Result};
 use crate::rng::SplitMix64;
 use crate::tokenizer::Tokenizer;
@@ -39,9 +40,9 @@ impl TensorSpec {
     }
 }
 
-/// The tensors `config.arch` expects.
+/// The tensors `config`'s arch expects.
 pub fn specs(config: &ModelConfig) -> Result<Vec<TensorSpec>> {
-    Ok((crate::bundled::entry(&config.arch)?.tensor_specs)(config))
+    config.tensors()
 }
 
 fn fill(spec: &TensorSpec, seed: u64) -> Vec<u8> {
@@ -74,8 +75,8 @@ pub fn generate_bytes(config: &ModelConfig, seed: u64) -> Result<Vec<u8>> {
     // A single metadata key keeps the header byte-stable (a map of several would serialise in hash order).
     let info = format!(
         "{{\"arch\":\"{}\",\"preset\":\"{}\",\"seed\":{seed},\"kvproof\":\"{}\"}}",
-        config.arch,
-        config.preset.as_deref().unwrap_or("custom"),
+        config.arch(),
+        config.base().preset.as_deref().unwrap_or("custom"),
         crate::VERSION
     );
     let meta = Some(HashMap::from([("kvproof".to_string(), info)]));
@@ -85,7 +86,7 @@ pub fn generate_bytes(config: &ModelConfig, seed: u64) -> Result<Vec<u8>> {
 
 /// A random-init model held in memory.
 pub fn generate_weights(config: &ModelConfig, seed: u64) -> Result<Weights> {
-    Weights::from_bytes(&format!("<fixture {} seed {seed}>", config.arch), generate_bytes(config, seed)?)
+    Weights::from_bytes(&format!("<fixture {} seed {seed}>", config.arch()), generate_bytes(config, seed)?)
 }
 
 /// Write config.json, model.safetensors and tokenizer.json for `arch` at `preset` into `dir`.

@@ -1,8 +1,10 @@
 //! kvproof-engines: the engines kvproof bundles, their shared core, and the stdio serve protocol.
 //!
-//! Layout: the shared core (`config`, `weights`, `fixture`, `tokenizer`, `chat`, `kernels`, `sampler`, `prefix`,
-//! `cache`, `moe`, `dump`, `engine`, `fault`), one folder per engine under `arch/`, the serve protocol under
-//! `serve/`, and `bundled` to open any of them by name.
+//! Layout: the shared core (`config`, `weights`, `tensors`, `fixture`, `tokenizer`, `chat`, `kernels`, `sampler`,
+//! `prefix`, `cache`, `moe`, `dump`, `state_diff`, `engine`, `fault`), the one request loop every bundled engine
+//! runs (`engine_loop`: `BundledEngine<A: Arch>`), one folder per arch under `arch/` (its config, weights, forward
+//! pass, slot state, reuse rule and fault hooks), the serve protocol under `serve/`, and `bundled` to open any of
+//! them by name.
 
 pub mod arch;
 pub mod bench;
@@ -14,6 +16,7 @@ pub mod decode;
 pub mod dump;
 pub mod dump_file;
 pub mod engine;
+pub mod engine_loop;
 pub mod error;
 pub mod fault;
 pub mod fixture;
@@ -24,6 +27,7 @@ pub mod rng;
 pub mod sampler;
 pub mod serve;
 pub mod state_diff;
+pub mod tensors;
 pub mod tokenizer;
 pub mod weights;
 

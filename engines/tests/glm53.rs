@@ -2,34 +2,21 @@
 //! reply crossing a grid boundary, capacity growth), warm equal to cold bit for bit, the kernels NOT being
 //! batch-invariant, the drafter's exactness, and the cache-off switch reproducing the cold path.
 
+mod common;
+
+use common::*;
+
+use kvproof_engines::arch::glm53::Config as ModelConfig;
 use kvproof_engines::chat::{render, Message, Role};
-use kvproof_engines::config::{ModelConfig, Preset};
-use kvproof_engines::dump::{DumpTensor, StateDump, WriterKind};
-use kvproof_engines::engine::{Engine, Flow, NoObserver, Observer, Reply, Request, TokenEvent};
-use kvproof_engines::{bundled, fixture, EngineError};
+use kvproof_engines::config::{ArchConfig, Preset};
+use kvproof_engines::dump::WriterKind;
+use kvproof_engines::engine::{Flow, NoObserver, Observer, Request};
+use kvproof_engines::{bundled, EngineError};
 
 const GRID: usize = 16;
 
 fn tiny() -> ModelConfig {
-    ModelConfig::preset("glm53", Preset::Tiny).expect("tiny preset")
-}
-
-fn open(config: ModelConfig) -> Box<dyn Engine> {
-    let weights = fixture::generate_weights(&config, 0).expect("fixture");
-    bundled::open(config, weights, None).expect("open")
-}
-
-fn text(s: &str) -> Vec<u32> {
-    s.bytes().map(u32::from).collect()
-}
-
-/// Deterministic byte ids, different per salt.
-fn ids(n: usize, salt: u32) -> Vec<u32> {
-    (0..n as u32).map(|i| (i.wrapping_mul(2654435761).wrapping_add(salt.wrapping_mul(97)) >> 9) % 256).collect()
-}
-
-fn req(id: u64, prompt: Vec<u32>, max_tokens: usize) -> Request {
-    Request { id, prompt, max_tokens, ignore_eos: true, ..Default::default() }
+    ModelConfig::preset(Preset::Tiny)
 }
 
 /// The expected reuse: min(LCP, previous prompt length, prompt length - 1), rounded down to the grid.
@@ -38,56 +25,15 @@ fn expected(fed: &[u32], prev_prompt: usize, prompt: &[u32]) -> usize {
     lcp.min(prev_prompt).min(prompt.len() - 1) / GRID * GRID
 }
 
-/// The first row (layer, name, position) two dumps both hold with different bits, with both writers.
-fn first_difference(a: &StateDump, b: &StateDump) -> Option<String> {
-    let writer = |t: &DumpTensor, r: usize| t.writers[r].map(|w| w.to_string()).unwrap_or_else(|| "nobody".into());
-    for (x, y) in a.tensors.iter().zip(&b.tensors) {
-        assert_eq!((x.layer, &x.name), (y.layer, &y.name), "dumps list the same tensors");
-        for i in 0..x.rows() {
-            let p = x.positions[i];
-            let Some(j) = (p >= 0).then(|| y.row_of_position(p)).flatten() else { continue };
-            if x.row(i).iter().zip(y.row(j)).any(|(u, v)| u.to_bits() != v.to_bits()) {
-                return Some(format!(
-                    "layer {} {} position {p}: warm row by {}, cold row by {}",
-                    x.layer,
-                    x.name,
-                    writer(x, i),
-                    writer(y, j)
-                ));
-            }
-        }
-    }
-    None
-}
-
-/// Positions a dump holds (in its first tensor).
-fn held(d: &StateDump) -> Vec<i64> {
-    d.tensors[0].positions.iter().copied().filter(|&p| p >= 0).collect()
-}
-
-/// Run `second` on `warm` and on a fresh engine; assert same tokens and same state, return the warm reply.
-fn warm_equals_cold(warm: &mut dyn Engine, second: &Request) -> Reply {
-    let w = warm.generate(second, &mut NoObserver).expect("warm");
-    let mut cold = warm.fresh();
-    let c = cold.generate(second, &mut NoObserver).expect("cold");
-    assert_eq!(c.reused, 0);
-    assert_eq!(w.tokens, c.tokens, "warm and cold tokens differ (reused {})", w.reused);
-    let (wd, cd) = (warm.dump(second.slot).expect("dump"), cold.dump(second.slot).expect("dump"));
-    assert_eq!(first_difference(&wd, &cd), None, "warm and cold state differ (reused {})", w.reused);
-    assert_eq!(held(&wd), held(&cd), "warm and cold hold the same positions");
-    assert_eq!((&wd.record.ids, wd.record.tainted), (&cd.record.ids, cd.record.tainted));
-    w
-}
-
 #[test]
 fn two_turn_conversation_reuses_the_grid_rounded_prompt_and_matches_cold() {
-    let mut warm = open(tiny());
+    let mut warm = open_config(tiny(), None);
     let mut transcript = vec![
         Message::new(Role::System, text("you are a terse assistant")),
         Message::new(Role::User, text("tell me about position-fixed chunk grids")),
     ];
     let p1 = render(&transcript, true);
-    let r1 = warm.generate(&req(1, p1.clone(), 7), &mut NoObserver).expect("turn 1");
+    let r1 = warm.generate(&exact(1, p1.clone(), 7), &mut NoObserver).expect("turn 1");
     assert_eq!(r1.tokens.len(), 7);
     let mut fed = p1.clone();
     fed.extend_from_slice(&r1.tokens[..r1.tokens.len() - 1]);
@@ -98,7 +44,7 @@ fn two_turn_conversation_reuses_the_grid_rounded_prompt_and_matches_cold() {
     let want = expected(&fed, p1.len(), &p2);
     assert_eq!(want, p1.len() / GRID * GRID, "turn 2 extends turn 1: the previous prompt bounds reuse");
     assert!(want > 0);
-    let w = warm_equals_cold(warm.as_mut(), &req(2, p2, 7));
+    let w = warm_equals_cold(warm.as_mut(), &exact(2, p2, 7));
     assert_eq!(w.reused, want);
     assert_eq!(
         w.prefix_log,
@@ -112,12 +58,12 @@ fn two_turn_conversation_reuses_the_grid_rounded_prompt_and_matches_cold() {
 
 /// Turn 1 = `first`; then each of `seconds` on a warm engine right after turn 1, checked against cold.
 fn boundary_case(first: &[u32], max_tokens: usize, second: Vec<u32>) -> usize {
-    let mut warm = open(tiny());
-    let r1 = warm.generate(&req(1, first.to_vec(), max_tokens), &mut NoObserver).expect("turn 1");
+    let mut warm = open_config(tiny(), None);
+    let r1 = warm.generate(&exact(1, first.to_vec(), max_tokens), &mut NoObserver).expect("turn 1");
     let mut fed = first.to_vec();
     fed.extend_from_slice(&r1.tokens[..r1.tokens.len().saturating_sub(1)]);
     let want = expected(&fed, first.len(), &second);
-    let w = warm_equals_cold(warm.as_mut(), &req(2, second, 5));
+    let w = warm_equals_cold(warm.as_mut(), &exact(2, second, 5));
     assert_eq!(w.reused, want);
     want
 }
@@ -153,8 +99,8 @@ fn exact_repeat_and_shorter_prompts_reuse_the_grid_below_len_minus_one() {
 fn a_reply_crossing_a_grid_boundary_is_never_reused() {
     // prompt 30 + 6 replies (5 fed) crosses 32: decode wrote rows 30..35, so reuse stops at the previous prompt
     let first = ids(30, 4);
-    let mut warm = open(tiny());
-    let r1 = warm.generate(&req(1, first.clone(), 6), &mut NoObserver).expect("turn 1");
+    let mut warm = open_config(tiny(), None);
+    let r1 = warm.generate(&exact(1, first.clone(), 6), &mut NoObserver).expect("turn 1");
     let d = warm.dump(0).expect("dump");
     let k0 = &d.tensors[0];
     let writer_at = |p: i64| k0.row_of_position(p).and_then(|i| k0.writers[i]).map(|w| w.kind);
@@ -163,7 +109,7 @@ fn a_reply_crossing_a_grid_boundary_is_never_reused() {
     let mut second = first.clone();
     second.extend_from_slice(&r1.tokens);
     second.extend(ids(10, 5));
-    let w = warm_equals_cold(warm.as_mut(), &req(2, second, 5));
+    let w = warm_equals_cold(warm.as_mut(), &exact(2, second, 5));
     assert_eq!(w.reused, 16, "min(LCP 35, canonical 30, ...) = 30, rounded down to 16");
 }
 
@@ -171,12 +117,12 @@ fn a_reply_crossing_a_grid_boundary_is_never_reused() {
 fn a_longer_conversation_grows_capacity_and_stays_equal_to_cold() {
     let mut c = tiny();
     c.initial_capacity = 32;
-    let mut warm = open(c);
+    let mut warm = open_config(c, None);
     let mut transcript = vec![Message::new(Role::User, ids(40, 6))];
     let mut prev: Option<(Vec<u32>, usize)> = None;
     for turn in 0..4u64 {
         let p = render(&transcript, true);
-        let r = req(turn + 1, p.clone(), 6);
+        let r = exact(turn + 1, p.clone(), 6);
         let reply = match &prev {
             None => warm.generate(&r, &mut NoObserver).expect("turn 1"),
             Some((fed, prev_len)) => {
@@ -199,8 +145,8 @@ fn a_longer_conversation_grows_capacity_and_stays_equal_to_cold() {
 fn the_kernels_are_not_batch_invariant() {
     let prompt = ids(40, 8);
     let dump_with = |c: ModelConfig, prompt: &[u32], max_tokens: usize| {
-        let mut e = open(c);
-        let r = e.generate(&req(1, prompt.to_vec(), max_tokens), &mut NoObserver).expect("generate");
+        let mut e = open_config(c, None);
+        let r = e.generate(&exact(1, prompt.to_vec(), max_tokens), &mut NoObserver).expect("generate");
         (e.dump(0).expect("dump"), r)
     };
     // the same prefix cut into chunks of 16 and of 8 rows: different bits from the first row on
@@ -208,7 +154,7 @@ fn the_kernels_are_not_batch_invariant() {
     let mut c8 = tiny();
     c8.prompt_rows = 8;
     let (b, _) = dump_with(c8, &prompt, 1);
-    assert!(first_difference(&a, &b).is_some(), "chunking changes the bits");
+    assert!(first_difference_across_configs(&a, &b).is_some(), "chunking changes the bits");
     // prefill vs decode: the same ids at the same positions, written by decode in one run and prefill in another
     let (dec, r) = dump_with(tiny(), &prompt[..32], 5);
     let mut longer = prompt[..32].to_vec();
@@ -217,35 +163,18 @@ fn the_kernels_are_not_batch_invariant() {
     let diff = first_difference(&dec, &pre).expect("decode and prefill bits differ");
     assert_eq!(
         diff,
-        "layer 0 k position 32: warm row by decode (req 1, step 0), cold row by prefill (req 1, chunk 2 of 4 rows)"
+        "layer 0 `k`, pos 32: warm row by decode (req 1, step 0), cold row by prefill (req 1, chunk 2 of 4 rows)"
     );
-}
-
-/// Every emitted token's full logit list (ids and bits).
-#[derive(Default)]
-struct Logits(Vec<Vec<(u32, u32)>>);
-impl Observer for Logits {
-    fn on_token(&mut self, e: &TokenEvent) -> Flow {
-        self.0.push(e.top.iter().map(|&(i, l)| (i, l.to_bits())).collect());
-        Flow::Continue
-    }
-}
-
-fn logits_of(engine: &mut dyn Engine, r: &Request) -> (Reply, Vec<Vec<(u32, u32)>>) {
-    let mut obs = Logits::default();
-    let r = Request { logprobs: 300, ..r.clone() };
-    let reply = engine.generate(&r, &mut obs).expect("generate");
-    (reply, obs.0)
 }
 
 #[test]
 fn speculative_decoding_gives_the_plain_greedy_output_bit_for_bit() {
     let prompt = render(&[Message::new(Role::User, text("count: a a a a a a a a a a a a"))], true);
-    let r = req(1, prompt, 48);
+    let r = exact(1, prompt, 48);
     let mut plain = tiny();
     plain.draft_layers = 0;
-    let (p, pl) = logits_of(open(plain).as_mut(), &r);
-    let mut spec_engine = open(tiny());
+    let (p, pl) = logits_of(open_config(plain, None).as_mut(), &r);
+    let mut spec_engine = open_config(tiny(), None);
     let (s, sl) = logits_of(spec_engine.as_mut(), &r);
     assert_eq!(s.tokens, p.tokens);
     assert_eq!(sl, pl, "verification batches give the one-token decode logits, bit for bit");
@@ -259,8 +188,8 @@ fn speculative_decoding_gives_the_plain_greedy_output_bit_for_bit() {
     let mut plain = tiny();
     plain.draft_layers = 0;
     assert_eq!(
-        open(plain).generate(&sampled, &mut NoObserver).expect("plain").tokens,
-        open(tiny()).generate(&sampled, &mut NoObserver).expect("spec").tokens
+        open_config(plain, None).generate(&sampled, &mut NoObserver).expect("plain").tokens,
+        open_config(tiny(), None).generate(&sampled, &mut NoObserver).expect("spec").tokens
     );
 }
 
@@ -268,20 +197,20 @@ fn speculative_decoding_gives_the_plain_greedy_output_bit_for_bit() {
 fn with_the_cache_off_every_turn_is_the_cold_path_bit_for_bit() {
     let mut off = tiny();
     off.prefix_cache = false;
-    let mut warm = open(off);
+    let mut warm = open_config(off, None);
     let mut transcript = vec![Message::new(Role::User, ids(37, 9))];
     for turn in 0..3u64 {
         let p = render(&transcript, true);
-        let r = req(turn + 1, p, 6);
+        let r = exact(turn + 1, p, 6);
         let (w, wl) = logits_of(warm.as_mut(), &r);
         assert_eq!(w.reused, 0, "the cache is off");
         // a fresh engine with the cache ON, given this turn alone
-        let mut cold = open(tiny());
+        let mut cold = open_config(tiny(), None);
         let (c, cl) = logits_of(cold.as_mut(), &r);
         assert_eq!(w.tokens, c.tokens);
         assert_eq!(wl, cl, "turn {turn}: logits differ");
         let (wd, cd) = (warm.dump(0).expect("dump"), cold.dump(0).expect("dump"));
-        assert_eq!(first_difference(&wd, &cd), None);
+        assert_eq!(first_difference_across_configs(&wd, &cd), None);
         assert_eq!(held(&wd), held(&cd));
         transcript.push(Message::from_reply(&w.tokens));
         transcript.push(Message::new(Role::User, ids(9, 10 + turn as u32)));
@@ -300,32 +229,13 @@ fn a_cancel_mid_prefill_taints_and_the_next_turn_starts_over() {
             Flow::Continue
         }
     }
-    let mut e = open(tiny());
+    let mut e = open_config(tiny(), None);
     let p = ids(60, 11);
-    e.generate(&req(1, p[..40].to_vec(), 3), &mut NoObserver).expect("turn 1");
-    assert!(matches!(e.generate(&req(2, p.clone(), 3), &mut CancelAfter(1)), Err(EngineError::Cancelled)));
+    e.generate(&exact(1, p[..40].to_vec(), 3), &mut NoObserver).expect("turn 1");
+    assert!(matches!(e.generate(&exact(2, p.clone(), 3), &mut CancelAfter(1)), Err(EngineError::Cancelled)));
     assert!(e.dump(0).expect("dump").record.tainted);
-    let w = warm_equals_cold(e.as_mut(), &req(3, p, 3));
+    let w = warm_equals_cold(e.as_mut(), &exact(3, p, 3));
     assert_eq!(w.reused, 0);
-}
-
-#[test]
-fn bad_requests_are_errors_not_panics() {
-    let mut e = open(tiny());
-    assert!(matches!(e.generate(&req(1, vec![], 3), &mut NoObserver), Err(EngineError::EmptyPrompt)));
-    assert!(matches!(e.generate(&req(1, vec![9999], 3), &mut NoObserver), Err(EngineError::BadRequest(_))));
-    let audio = Request { audio: vec![vec![0; 8]], ..req(1, vec![262], 3) };
-    assert!(matches!(e.generate(&audio, &mut NoObserver), Err(EngineError::BadRequest(_))));
-    let bad_slot = Request { slot: 1, ..req(1, vec![1, 2], 3) };
-    assert!(matches!(e.generate(&bad_slot, &mut NoObserver), Err(EngineError::NoSuchSlot { slot: 1, slots: 1 })));
-    assert!(matches!(
-        e.generate(&req(1, vec![65; 2000], 3), &mut NoObserver),
-        Err(EngineError::ContextExceeded { used: 2000, limit: 1024 })
-    ));
-    // a prompt that exactly fills the context prefills and stops at the limit
-    let r = e.generate(&req(2, ids(1024, 12), 3), &mut NoObserver).expect("fills the context");
-    assert_eq!(r.tokens.len(), 1);
-    assert!(e.dump(5).is_err());
 }
 
 #[test]
@@ -334,19 +244,10 @@ fn every_preset_opens_and_answers() {
         let mut e = bundled::open_preset("glm53", p, 0, None).expect("open");
         let info = e.info();
         assert_eq!(info.arch, "glm53");
-        assert_eq!(info.prompt_rows, Some(ModelConfig::preset("glm53", p).expect("preset").prompt_rows));
+        assert_eq!(info.prompt_rows, Some(ModelConfig::preset(p).prompt_rows));
         if p == Preset::Tiny {
-            let r = e.generate(&req(1, ids(20, 13), 3), &mut NoObserver).expect("generate");
+            let r = e.generate(&exact(1, ids(20, 13), 3), &mut NoObserver).expect("generate");
             assert_eq!(r.tokens.len(), 3);
         }
     }
-}
-
-#[test]
-fn same_request_same_tokens_on_fresh_instances() {
-    let e = open(tiny());
-    let r = req(1, ids(45, 14), 9);
-    let a = e.fresh().generate(&r, &mut NoObserver).expect("a");
-    let b = e.fresh().generate(&r, &mut NoObserver).expect("b");
-    assert_eq!(a, Reply { timings: a.timings, ..b });
 }

@@ -114,7 +114,9 @@ fn each_engines_reuse_rule_gives_its_exact_counts_with_every_check_performed() {
         assert_ne!(status(t, CheckName::Memory), Status::Fail, "{} memory", t.name());
     }
     // glm53's state check covers every dumped tensor: each main layer's k/v and the drafter's draft_k/draft_v
-    let c = kvproof_engines::config::ModelConfig::preset("glm53", kvproof_engines::config::Preset::Tiny).expect("c");
+    let c = <kvproof_engines::arch::glm53::Config as kvproof_engines::config::ArchConfig>::preset(
+        kvproof_engines::config::Preset::Tiny,
+    );
     let tensors = 2 * (c.layers + c.draft_layers);
     for t in trials.iter().filter(|t| t.scenario == "glm53-boundary" && t.reused.is_some()) {
         let diff = t.state.as_ref().unwrap_or_else(|| panic!("{}: no state diff", t.name()));

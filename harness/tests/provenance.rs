@@ -4,8 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use kvproof::provenance::{diff_files, render, MappedDump, ProvenanceError};
+use kvproof_engines::bundled::ModelConfig;
 use kvproof_engines::chat::{render as chat, Message, Role};
-use kvproof_engines::config::{ModelConfig, Preset};
+use kvproof_engines::config::Preset;
 use kvproof_engines::engine::{Engine, NoObserver, Request};
 use kvproof_engines::fault::Fault;
 use kvproof_engines::tokenizer::{EOS, ROLE_ASSISTANT, ROLE_USER};
@@ -18,8 +19,8 @@ fn tmp(name: &str) -> PathBuf {
 }
 
 fn inkling(fault: Option<Fault>) -> Box<dyn Engine> {
-    let mut c = ModelConfig::preset("inkling", Preset::Tiny).expect("tiny");
-    c.initial_capacity = 32;
+    let overrides = serde_json::json!({"initial_capacity": 32});
+    let c = ModelConfig::with_overrides("inkling", Preset::Tiny, overrides.as_object().expect("object")).expect("tiny");
     let w = fixture::generate_weights(&c, 0).expect("fixture");
     bundled::open(c, w, fault).expect("open")
 }

@@ -1,79 +1,102 @@
-//! The part of a checkpoint every arch lays out the same way: per-layer tensor names and the MoE block
-//! (router, routed experts, shared experts).
-//!
-//! Kept in one place so the fixtures every arch writes and the loaders that read them cannot drift apart.
+//! The parts of a checkpoint every arch lays out the same way: the embedding, the per-layer prefix, the MoE
+//! block (router, routed experts, shared experts), and the output head.
 
-use crate::config::ModelConfig;
+use crate::config::BaseConfig;
 use crate::error::Result;
-use crate::fixture::TensorSpec;
+use crate::fixture::Init;
 use crate::moe::{Expert, Moe};
-use crate::weights::Weights;
+use crate::tensors::{within, Source};
 
-/// The name of tensor `rest` in main-model layer `layer`.
-pub fn layer_name(layer: usize, rest: &str) -> String {
-    format!("model.layers.{layer}.{rest}")
+/// The prefix of main-model layer `layer`'s tensors.
+pub fn layer_prefix(layer: usize) -> String {
+    format!("model.layers.{layer}.")
 }
 
-/// One SiLU-gated FFN under `prefix`: gate, up, down.
-pub fn expert_specs(prefix: &str, c: &ModelConfig, out: &mut Vec<TensorSpec>) {
-    out.push(TensorSpec::linear(format!("{prefix}.gate_proj.weight"), c.ffn, c.hidden));
-    out.push(TensorSpec::linear(format!("{prefix}.up_proj.weight"), c.ffn, c.hidden));
-    out.push(TensorSpec::linear(format!("{prefix}.down_proj.weight"), c.hidden, c.ffn));
+/// The token embedding, `[vocab, hidden]`.
+pub fn embedding(src: &mut dyn Source, c: &BaseConfig) -> Result<Vec<f32>> {
+    src.take("model.embed_tokens.weight", &[c.vocab, c.hidden], Init::Uniform(1.0))
 }
 
-/// Layer `layer`'s MoE block in checkpoint order: the router, the routed experts, the shared experts.
-pub fn moe_specs(c: &ModelConfig, layer: usize, out: &mut Vec<TensorSpec>) {
-    out.push(TensorSpec::linear(layer_name(layer, "mlp.gate.weight"), c.experts, c.hidden));
-    for e in 0..c.experts {
-        expert_specs(&layer_name(layer, &format!("mlp.experts.{e}")), c, out);
-    }
-    for e in 0..c.shared_experts {
-        expert_specs(&layer_name(layer, &format!("mlp.shared_experts.{e}")), c, out);
-    }
+/// The final norm (`[hidden]`) and the lm head (`[vocab, hidden]`).
+pub fn output_head(src: &mut dyn Source, c: &BaseConfig) -> Result<(Vec<f32>, Vec<f32>)> {
+    Ok((src.norm("model.norm.weight", c.hidden)?, src.linear("lm_head.weight", c.vocab, c.hidden)?))
 }
 
-/// Load the SiLU-gated FFN under `prefix`.
-pub fn load_expert(w: &Weights, prefix: &str, c: &ModelConfig) -> Result<Expert> {
+/// One SiLU-gated FFN: gate and up `[ffn, hidden]`, down `[hidden, ffn]`.
+pub fn expert(src: &mut dyn Source, c: &BaseConfig) -> Result<Expert> {
     Ok(Expert {
-        gate: w.tensor(&format!("{prefix}.gate_proj.weight"), &[c.ffn, c.hidden])?,
-        up: w.tensor(&format!("{prefix}.up_proj.weight"), &[c.ffn, c.hidden])?,
-        down: w.tensor(&format!("{prefix}.down_proj.weight"), &[c.hidden, c.ffn])?,
+        gate: src.linear("gate_proj.weight", c.ffn, c.hidden)?,
+        up: src.linear("up_proj.weight", c.ffn, c.hidden)?,
+        down: src.linear("down_proj.weight", c.hidden, c.ffn)?,
     })
 }
 
-/// A layer's routed and shared experts, loaded ahead of its router.
-///
-/// The two steps are separate because every arch loads the experts at one point of a layer and the router at
-/// another: a checkpoint that does not fit the config is reported by the first tensor that fails, and that
-/// must stay the tensor it always was.
-#[derive(Debug)]
-pub struct LayerExperts {
-    layer: usize,
-    experts: Vec<Expert>,
-    shared: Vec<Expert>,
+/// A layer's MoE block in checkpoint order: the router (`[experts, hidden]`), the routed experts, the shared ones.
+pub fn moe(src: &mut dyn Source, c: &BaseConfig) -> Result<Moe> {
+    let router = src.linear("mlp.gate.weight", c.experts, c.hidden)?;
+    let experts =
+        (0..c.experts).map(|e| expert(&mut within(src, format!("mlp.experts.{e}.")), c)).collect::<Result<_>>()?;
+    let shared = (0..c.shared_experts)
+        .map(|e| expert(&mut within(src, format!("mlp.shared_experts.{e}.")), c))
+        .collect::<Result<_>>()?;
+    Ok(Moe { hidden: c.hidden, ffn: c.ffn, top_k: c.top_k, router, experts, shared })
 }
 
-impl LayerExperts {
-    /// Load layer `layer`'s routed experts, then its shared experts.
-    pub fn load(w: &Weights, c: &ModelConfig, layer: usize) -> Result<Self> {
-        let experts = (0..c.experts)
-            .map(|e| load_expert(w, &layer_name(layer, &format!("mlp.experts.{e}")), c))
-            .collect::<Result<Vec<_>>>()?;
-        let shared = (0..c.shared_experts)
-            .map(|e| load_expert(w, &layer_name(layer, &format!("mlp.shared_experts.{e}")), c))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(LayerExperts { layer, experts, shared })
+/// One decoder block: a pre-norm attention (or mixer) `A`, then a pre-norm MoE FFN.
+#[derive(Debug, Clone)]
+pub struct Block<A> {
+    /// `[hidden]`.
+    pub attn_norm: Vec<f32>,
+    pub attn: A,
+    /// `[hidden]`.
+    pub ffn_norm: Vec<f32>,
+    pub moe: Moe,
+}
+
+/// A decoder stack: the token embedding, the blocks, and the output head.
+#[derive(Debug, Clone)]
+pub struct Stack<A> {
+    /// `[vocab, hidden]`.
+    pub embed: Vec<f32>,
+    pub layers: Vec<Block<A>>,
+    /// `[hidden]`.
+    pub final_norm: Vec<f32>,
+    /// `[vocab, hidden]`.
+    pub lm_head: Vec<f32>,
+}
+
+impl<A> Stack<A> {
+    /// The stack from `src` in checkpoint order; `attn(t, i)` takes block `i`'s attention from `t` (the block's
+    /// tensors, `model.layers.{i}.`).
+    pub fn build(
+        src: &mut dyn Source,
+        c: &BaseConfig,
+        mut attn: impl FnMut(&mut dyn Source, usize) -> Result<A>,
+    ) -> Result<Self> {
+        let embed = embedding(src, c)?;
+        let mut layers = Vec::with_capacity(c.layers);
+        for i in 0..c.layers {
+            let t = &mut within(src, layer_prefix(i));
+            let attn_norm = t.norm("input_layernorm.weight", c.hidden)?;
+            let attn = attn(t, i)?;
+            let ffn_norm = t.norm("post_attention_layernorm.weight", c.hidden)?;
+            layers.push(Block { attn_norm, attn, ffn_norm, moe: moe(t, c)? });
+        }
+        let (final_norm, lm_head) = output_head(src, c)?;
+        Ok(Stack { embed, layers, final_norm, lm_head })
     }
 
-    /// Load the layer's router and complete its MoE block.
-    pub fn with_router(self, w: &Weights, c: &ModelConfig) -> Result<Moe> {
-        Ok(Moe {
-            hidden: c.hidden,
-            ffn: c.ffn,
-            top_k: c.top_k,
-            router: w.tensor(&layer_name(self.layer, "mlp.gate.weight"), &[c.experts, c.hidden])?,
-            experts: self.experts,
-            shared: self.shared,
-        })
+    /// The embedding rows of `ids`, `hidden` wide each.
+    pub fn embed_rows(&self, ids: &[u32], hidden: usize) -> Vec<f32> {
+        let mut x = Vec::with_capacity(ids.len() * hidden);
+        for &id in ids {
+            x.extend_from_slice(&self.embed[id as usize * hidden..(id as usize + 1) * hidden]);
+        }
+        x
+    }
+
+    /// The logits of row `rows - 1` of `x` (`rows` rows of `c.hidden`).
+    pub fn logits(&self, x: &[f32], rows: usize, c: &BaseConfig) -> Vec<f32> {
+        crate::arch::output_head::last_row_logits(x, rows, c, &self.final_norm, &self.lm_head)
     }
 }

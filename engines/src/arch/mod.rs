@@ -6,12 +6,8 @@ pub mod glm53;
 pub mod inkling;
 pub mod kimi;
 
-mod capacity;
 mod checkpoint_layout;
-mod engine_info;
-mod model_hash;
+pub(crate) mod model_hash;
 mod moe_sublayer;
 mod output_head;
-mod reply;
-mod request_checks;
 mod short_conv;

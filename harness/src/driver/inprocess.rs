@@ -56,7 +56,7 @@ impl InProcessLauncher {
         label.push_str(" (in-process)");
         let start = |detail: String| DriverError::Start { engine: label.clone(), detail };
         let model = engine_config::model_config(arch, preset, config).map_err(start)?;
-        let kv_share = model.kv_share;
+        let kv_share = model.kv_share();
         let weights = kvproof_engines::fixture::generate_weights(&model, seed).map_err(|e| start(e.to_string()))?;
         let engine = kvproof_engines::bundled::open(model, weights, fault).map_err(|e| start(e.to_string()))?;
         Ok(Self::from_engine(engine, label.clone()).sharing(kv_share))

@@ -13,9 +13,8 @@
 use rayon::prelude::*;
 
 use super::model::Model;
-use super::state::SlotState;
+use super::state::State;
 use crate::arch::moe_sublayer::add_moe_sublayer;
-use crate::arch::output_head::last_row_logits;
 use crate::cache::RowMeta;
 use crate::dump::Writer;
 use crate::kernels::{attend, matmul, rms_norm, Reduction};
@@ -37,7 +36,7 @@ pub struct Aborted {
 impl Model {
     /// Feed `b` into `st`, writing every row with `b.writer`; returns the logits of the last row.
     /// `abort()` is asked before every layer but the first; `true` abandons the batch there.
-    pub fn forward(&self, st: &mut SlotState, b: &Batch, abort: &mut dyn FnMut() -> bool) -> Result<Vec<f32>, Aborted> {
+    pub fn forward(&self, st: &mut State, b: &Batch, abort: &mut dyn FnMut() -> bool) -> Result<Vec<f32>, Aborted> {
         let c = &self.config;
         let (h, hd) = (c.hidden, c.head_dim);
         let (qd, kvd) = (c.heads * hd, c.kv_heads * hd);
@@ -46,12 +45,9 @@ impl Model {
         let pos0 = b.pos0;
         let scale = 1.0 / (hd as f32).sqrt();
         let meta = RowMeta { pos: 0, writer: Some(b.writer) };
-        let mut x = Vec::with_capacity(s * h);
-        for &id in b.ids {
-            x.extend_from_slice(&self.embed[id as usize * h..(id as usize + 1) * h]);
-        }
+        let mut x = self.stack.embed_rows(b.ids, h);
 
-        for (l, layer) in self.layers.iter().enumerate() {
+        for (l, layer) in self.stack.layers.iter().enumerate() {
             if l > 0 && abort() {
                 return Err(Aborted { layers_done: l });
             }
@@ -61,18 +57,18 @@ impl Model {
             let mut q = vec![0.0; s * qd];
             let mut k = vec![0.0; s * kvd];
             let mut v = vec![0.0; s * kvd];
-            matmul(&xn, s, &layer.wq, qd, h, &mut q);
-            matmul(&xn, s, &layer.wk, kvd, h, &mut k);
-            matmul(&xn, s, &layer.wv, kvd, h, &mut v);
-            rms_norm(&mut q, &layer.q_norm, c.norm_eps);
-            rms_norm(&mut k, &layer.k_norm, c.norm_eps);
+            matmul(&xn, s, &layer.attn.wq, qd, h, &mut q);
+            matmul(&xn, s, &layer.attn.wk, kvd, h, &mut k);
+            matmul(&xn, s, &layer.attn.wv, kvd, h, &mut v);
+            rms_norm(&mut q, &layer.attn.q_norm, c.norm_eps);
+            rms_norm(&mut k, &layer.attn.k_norm, c.norm_eps);
             for i in 0..s {
                 self.rope.apply(&mut q[i * qd..(i + 1) * qd], pos0 + i);
                 self.rope.apply(&mut k[i * kvd..(i + 1) * kvd], pos0 + i);
             }
 
             // the compressor sees positions strictly in order: its state is a recurrence
-            let comp = &layer.comp;
+            let comp = &layer.attn.comp;
             let sw = comp.coff() * comp.width;
             let mut ckv = vec![0.0; s * sw];
             let mut csc = vec![0.0; s * sw];
@@ -115,7 +111,7 @@ impl Model {
                 });
             }
             let mut o = vec![0.0; s * h];
-            matmul(&att, s, &layer.wo, h, qd, &mut o);
+            matmul(&att, s, &layer.attn.wo, h, qd, &mut o);
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
 
             // rows this batch would overwrite in the ring are skipped: no later query reads them
@@ -128,6 +124,6 @@ impl Model {
             add_moe_sublayer(&mut x, &layer.ffn_norm, c.norm_eps, &layer.moe, Reduction::Invariant, s);
         }
 
-        Ok(last_row_logits(&x, s, c, &self.final_norm, &self.lm_head))
+        Ok(self.stack.logits(&x, s, c))
     }
 }

@@ -1,6 +1,5 @@
-//! The state of one DeepSeek slot: per layer a sliding-window ring of raw k/v rows and a compressor (recurrent
-//! kv_state/score_state plus the compressed rows emitted so far), the prefix record, and the logits after the last
-//! fed position.
+//! The layers of one DeepSeek slot: per layer a sliding-window ring of raw k/v rows and a compressor (recurrent
+//! kv_state/score_state plus the compressed rows emitted so far).
 //!
 //! None of it can be rewound: the ring has overwritten old rows and the compressor state has folded them in. So the
 //! only reuse is continuation of exactly the ids the record holds.
@@ -8,9 +7,9 @@
 use super::model::{Compressor, Model};
 use crate::cache::{RingCache, RowMeta, Rows};
 use crate::dump::{CacheKind, DumpTensor};
+use crate::engine_loop::Layers;
 use crate::fault::Fault;
 use crate::kernels::rms_norm;
-use crate::prefix::PrefixRecord;
 
 /// The recurrent part of a compressor and the rows it has emitted.
 #[derive(Debug, Clone)]
@@ -151,53 +150,39 @@ impl CompressorState {
 /// The cached state of one layer.
 #[derive(Debug, Clone)]
 pub struct LayerState {
+    /// The raw k and v rows of the last `window` positions, `kv_heads · head_dim` wide, position t at row t % window.
     pub k: RingCache,
     pub v: RingCache,
     pub comp: CompressorState,
 }
 
+/// The layers of one DeepSeek slot.
 #[derive(Debug, Clone)]
-pub struct SlotState {
+pub struct State {
     pub layers: Vec<LayerState>,
-    pub record: PrefixRecord,
-    /// Positions the state covers.
-    pub len: usize,
-    pub capacity: usize,
-    /// Logits after the last fed position.
-    pub last_logits: Vec<f32>,
-    /// Prompt and generated counts of the last request (what `counter-reuse` derives reuse from).
-    pub last_prompt: usize,
-    pub last_generated: usize,
 }
 
-impl SlotState {
-    pub fn new(model: &Model, fault: Option<Fault>) -> Self {
+impl State {
+    pub fn new(model: &Model) -> Self {
         let c = &model.config;
         let kvd = c.kv_heads * c.head_dim;
-        let capacity = c.initial_capacity;
         let window = c.window.min(c.max_ctx);
         let layers = model
+            .stack
             .layers
             .iter()
             .map(|l| LayerState {
                 k: RingCache::new(window, kvd),
                 v: RingCache::new(window, kvd),
-                comp: CompressorState::new(&l.comp, capacity),
+                comp: CompressorState::new(&l.attn.comp, c.initial_capacity),
             })
             .collect();
-        SlotState {
-            layers,
-            record: PrefixRecord::with_capacity(capacity).with_fault(fault),
-            len: 0,
-            capacity,
-            last_logits: vec![0.0; c.vocab],
-            last_prompt: 0,
-            last_generated: 0,
-        }
+        State { layers }
     }
+}
 
-    /// Forget everything: the state is rebuilt from position 0.
-    pub fn reset(&mut self) {
+impl Layers for State {
+    fn reset(&mut self) {
         for l in &mut self.layers {
             for ring in [&mut l.k, &mut l.v] {
                 ring.rows.forget();
@@ -205,28 +190,20 @@ impl SlotState {
             }
             l.comp.reset();
         }
-        self.record.clear();
-        self.len = 0;
     }
 
-    /// Grow capacity: rings are kept wholesale (their size does not depend on capacity), compressed rows copied,
-    /// the record kept.
-    pub fn grow(&mut self, capacity: usize) {
+    /// Rings are kept wholesale (their size does not depend on capacity), compressed rows copied.
+    fn grow(&mut self, capacity: usize, keep: usize, _: Option<Fault>) {
         for l in &mut self.layers {
-            l.comp.grow(capacity, self.len);
-        }
-        self.capacity = capacity;
-        if !self.record.grow(capacity, self.len) {
-            self.len = 0;
+            l.comp.grow(capacity, keep);
         }
     }
 
-    pub fn bytes(&self) -> usize {
-        let layers: usize = self.layers.iter().map(|l| l.k.rows.bytes() + l.v.rows.bytes() + l.comp.bytes()).sum();
-        layers + self.record.capacity() * 4 + self.last_logits.len() * 4
+    fn bytes(&self) -> usize {
+        self.layers.iter().map(|l| l.k.rows.bytes() + l.v.rows.bytes() + l.comp.bytes()).sum()
     }
 
-    pub fn dump_tensors(&self) -> Vec<DumpTensor> {
+    fn dump(&self) -> Vec<DumpTensor> {
         let mut out = Vec::new();
         for (i, l) in self.layers.iter().enumerate() {
             out.push(l.k.dump(i, "k"));

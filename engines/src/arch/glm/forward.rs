@@ -12,7 +12,6 @@ use rayon::prelude::*;
 use super::model::Model;
 use super::state::LatentKv;
 use crate::arch::moe_sublayer::add_moe_sublayer;
-use crate::arch::output_head::last_row_logits;
 use crate::cache::RowMeta;
 use crate::dump::Writer;
 use crate::kernels::{dot, matmul, rms_norm, softmax_in_place, Reduction};
@@ -35,23 +34,22 @@ impl Model {
         let qrow = c.heads * (hd + rope);
         let (s, pos0) = (b.ids.len(), b.pos0);
         let scale = 1.0 / ((hd + rope) as f32).sqrt();
-        let mut x: Vec<f32> =
-            b.ids.iter().flat_map(|&id| self.embed[id as usize * h..(id as usize + 1) * h].iter().copied()).collect();
+        let mut x = self.stack.embed_rows(b.ids, h);
 
-        for (layer, cache) in self.layers.iter().zip(kv.iter_mut()) {
+        for (layer, cache) in self.stack.layers.iter().zip(kv.iter_mut()) {
             let mut xn = x.clone();
             rms_norm(&mut xn, &layer.attn_norm, c.norm_eps);
             let mut q = vec![0.0; s * qrow];
             let mut ckv = vec![0.0; s * (lora + rope)];
-            matmul(&xn, s, &layer.wq, qrow, h, &mut q);
-            matmul(&xn, s, &layer.wkv_a, lora + rope, h, &mut ckv);
+            matmul(&xn, s, &layer.attn.wq, qrow, h, &mut q);
+            matmul(&xn, s, &layer.attn.wkv_a, lora + rope, h, &mut ckv);
             for i in 0..s {
                 let t = pos0 + i;
                 for head in q[i * qrow..(i + 1) * qrow].chunks_exact_mut(hd + rope) {
                     self.rope.apply(&mut head[hd..], t);
                 }
                 let row = &mut ckv[i * (lora + rope)..(i + 1) * (lora + rope)];
-                rms_norm(&mut row[..lora], &layer.kv_norm, c.norm_eps);
+                rms_norm(&mut row[..lora], &layer.attn.kv_norm, c.norm_eps);
                 self.rope.apply(&mut row[lora..], t);
                 let meta = RowMeta { pos: t as i64, writer: Some(b.writer) };
                 cache.latent.put(t, &row[..lora], meta);
@@ -71,8 +69,8 @@ impl Model {
                     for (hh, o) in out.chunks_exact_mut(hd).enumerate() {
                         let qh = &q[i * qrow + hh * (hd + rope)..i * qrow + (hh + 1) * (hd + rope)];
                         let (q_nope, q_rope) = qh.split_at(hd);
-                        let w_uk = &layer.wkv_b[hh * 2 * hd * lora..(hh * 2 * hd + hd) * lora];
-                        let w_uv = &layer.wkv_b[(hh * 2 * hd + hd) * lora..(hh + 1) * 2 * hd * lora];
+                        let w_uk = &layer.attn.wkv_b[hh * 2 * hd * lora..(hh * 2 * hd + hd) * lora];
+                        let w_uv = &layer.attn.wkv_b[(hh * 2 * hd + hd) * lora..(hh + 1) * 2 * hd * lora];
                         // W_uk^T q_nope, summed over the head's key rows in order
                         q_abs.iter_mut().for_each(|v| *v = 0.0);
                         for (&qd, wrow) in q_nope.iter().zip(w_uk.chunks_exact(lora)) {
@@ -95,12 +93,12 @@ impl Model {
                 });
             }
             let mut o = vec![0.0; s * h];
-            matmul(&att, s, &layer.wo, h, c.heads * hd, &mut o);
+            matmul(&att, s, &layer.attn.wo, h, c.heads * hd, &mut o);
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
 
             add_moe_sublayer(&mut x, &layer.ffn_norm, c.norm_eps, &layer.moe, Reduction::Invariant, s);
         }
 
-        last_row_logits(&x, s, c, &self.final_norm, &self.lm_head)
+        self.stack.logits(&x, s, c)
     }
 }

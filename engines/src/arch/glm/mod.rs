@@ -11,26 +11,15 @@ mod model;
 mod reuse;
 mod state;
 
-use std::sync::Arc;
-use std::time::Instant;
+pub use model::{Config, Model};
+use state::State;
 
-pub use model::{tensor_specs, Model};
-use state::SlotState;
-
-use crate::arch::capacity::grow_to_fit;
-use crate::arch::engine_info::engine_info;
-use crate::arch::reply;
-use crate::arch::request_checks::check_request;
-use crate::bundled::{ArchInfo, Entry};
-use crate::config::{ModelConfig, Preset};
-use crate::dump::{StateDump, Writer, WriterKind};
-use crate::engine::{Engine, EngineInfo, Flow, Observer, Reply, Request};
-use crate::error::{EngineError, Result};
+use crate::dump::{Writer, WriterKind};
+use crate::engine::Request;
+use crate::engine_loop::{Arch, ArchInfo, Progress, Segment, Slot, Start, Step};
+use crate::error::Result;
 use crate::fault::Fault;
-use crate::prefix::Decision;
 use forward::Batch;
-
-pub const ENTRY: Entry = Entry { info: INFO, tensor_specs, preset, open };
 
 pub const INFO: ArchInfo = ArchInfo {
     name: "glm",
@@ -49,198 +38,75 @@ pub const INFO: ArchInfo = ArchInfo {
     ],
 };
 
-/// glm sizes: four slots, MLA widths, no rings, no audio; sharing off.
-fn preset(c: &mut ModelConfig, p: Preset) {
-    c.window = 0;
-    c.global_every = 0;
-    c.conv_kernel = 0;
-    c.audio_frame_bytes = 0;
-    c.slots = 4;
-    c.kv_share = false;
-    // MLA has no kv heads: the latent is shared by every head
-    c.kv_heads = c.heads;
-    (c.kv_lora, c.qk_rope) = match p {
-        Preset::Tiny => (32, 8),
-        Preset::Small => (64, 16),
-        Preset::Bench => (128, 32),
-    };
-}
+impl Arch for Model {
+    crate::model_parts!(State, (), INFO);
 
-fn open(config: ModelConfig, weights: &crate::weights::Weights, fault: Option<Fault>) -> Result<Box<dyn Engine>> {
-    Ok(Box::new(Glm::new(Arc::new(Model::load(config, weights)?), fault)))
-}
-
-/// A glm engine: shared weights plus its slots' states.
-pub struct Glm {
-    model: Arc<Model>,
-    fault: Option<Fault>,
-    slots: Vec<SlotState>,
-}
-
-/// What a request starts from.
-#[derive(Debug, Clone, Copy)]
-enum Start {
-    /// Keep the slot's first n positions (0: start over).
-    Own(Decision),
-    /// Copy the first n positions of another slot into this empty one.
-    Share { from: usize, n: usize },
-}
-
-impl Glm {
-    pub fn new(model: Arc<Model>, fault: Option<Fault>) -> Self {
-        let slots = (0..model.config.slots).map(|_| SlotState::new(&model.config)).collect();
-        Glm { model, fault, slots }
+    fn new_layers(&self) -> State {
+        State::new(&self.config)
     }
 
-    /// The checks every engine makes, then glm's own: it takes no audio frames.
-    fn validate(&self, req: &Request) -> Result<()> {
-        check_request(req, self.slots.len(), self.model.config.vocab)?;
+    /// glm takes no audio frames (its refusal does not count them).
+    fn audio_rows<'r>(&self, req: &'r Request) -> Result<crate::engine_loop::AudioRows<'r>> {
         if !req.audio.is_empty() {
-            return Err(EngineError::BadRequest("glm takes no audio frames".into()));
+            return Err(crate::error::EngineError::BadRequest("glm takes no audio frames".into()));
         }
-        Ok(())
+        Ok(Vec::new())
     }
 
-    /// Grow the slot so `needed` positions fit (the shared growth policy).
-    fn ensure_capacity(&mut self, slot: usize, needed: usize) {
-        let st = &mut self.slots[slot];
-        grow_to_fit(st.capacity, needed, self.model.config.max_ctx, |capacity| st.grow(capacity, self.fault));
-    }
-
-    fn start(&self, req: &Request) -> Start {
-        if self.model.config.kv_share {
-            if let Some((from, n)) = reuse::share_source(&self.slots, req.slot, &req.prompt, self.fault) {
-                return Start::Share { from, n };
+    /// With `kv_share` on and an empty slot, the longest prefix another slot holds; else the slot's own LCP.
+    fn decide(&self, slots: &[Slot<State>], req: &Request, fault: Option<Fault>) -> Start {
+        if self.config.kv_share {
+            if let Some((from, n)) = reuse::share_source(slots, req.slot, &req.prompt, fault) {
+                return Start::Copy { from, n };
             }
         }
-        Start::Own(reuse::own(&self.slots[req.slot], &req.prompt, self.fault))
+        Start::Own(reuse::own(&slots[req.slot], &req.prompt, fault))
     }
 
-    /// Copy `n` rows of slot `from` into the (empty) slot `to`; the record then holds the prompt's first n ids.
-    fn share(&mut self, from: usize, to: usize, n: usize, req: &Request) {
+    /// Truncate the slot to what it keeps, or copy another slot's rows into it (writer `Copied`); the record then
+    /// holds the prompt's first n ids.
+    fn resume(&self, slots: &mut [Slot<State>], req: &Request, start: Start, fault: Option<Fault>) {
+        let to = req.slot;
+        let (from, n) = match start {
+            Start::Own(d) => return slots[to].truncate(d.reused(), fault),
+            Start::Copy { from, n } => (from, n),
+        };
         let writer = Writer { request: req.id, kind: WriterKind::Copied { from_slot: from as u32 } };
         let (donor, target) = if from < to {
-            let (a, b) = self.slots.split_at_mut(to);
+            let (a, b) = slots.split_at_mut(to);
             (&a[from], &mut b[0])
         } else {
-            let (a, b) = self.slots.split_at_mut(from);
+            let (a, b) = slots.split_at_mut(from);
             (&b[0], &mut a[to])
         };
-        target.truncate(0, self.fault);
-        target.copy_from(donor, n, writer);
+        target.truncate(0, fault);
+        target.layers.copy_from(&donor.layers, n, writer);
+        target.len = n;
         target.record.record(0, &req.prompt[..n]);
     }
-}
 
-impl Engine for Glm {
-    fn info(&self) -> EngineInfo {
-        engine_info(&self.model.config, self.fault, &self.model.hash)
+    fn prefill(&self, slot: &mut Slot<State>, seg: &Segment, _: &mut Progress, _: Option<Fault>) -> Option<Vec<f32>> {
+        Some(
+            self.forward(
+                &mut slot.layers.kv,
+                &Batch { ids: seg.ids, pos0: seg.pos0, writer: seg.writer, kv_len: None },
+            ),
+        )
     }
 
-    fn generate(&mut self, req: &Request, observer: &mut dyn Observer) -> Result<Reply> {
-        self.validate(req)?;
-        let model = Arc::clone(&self.model);
-        let c = &model.config;
-        let len = req.prompt.len();
-        if len > c.max_ctx {
-            // a failed request leaves nothing reusable
-            self.slots[req.slot].record.taint();
-            return Err(EngineError::ContextExceeded { used: len, limit: c.max_ctx });
+    /// `stale-slot`: the kv length is never lowered, so decode attends to the previous conversation's rows.
+    fn len_after(&self, len: usize, pos: usize, fault: Option<Fault>) -> usize {
+        if fault == Some(Fault::StaleSlot) {
+            len.max(pos + 1)
+        } else {
+            pos + 1
         }
-        let t0 = Instant::now();
-        self.ensure_capacity(req.slot, (len + req.max_tokens).min(c.max_ctx).max(len));
-        let fault = self.fault;
-        let start = self.start(req);
-        let decision = match start {
-            Start::Share { n, .. } => Decision::Reuse(n),
-            Start::Own(d) => d,
-        };
-        let prefix_log = self.slots[req.slot].record.log_line(len, decision);
-        let reused = decision.reused();
-        match start {
-            Start::Share { from, n } => self.share(from, req.slot, n, req),
-            Start::Own(_) => self.slots[req.slot].truncate(reused, fault),
-        }
-        let st = &mut self.slots[req.slot];
-        st.last_prompt = len;
-        st.last_generated = 0;
-        let stale = fault == Some(Fault::StaleSlot);
-
-        // prefill the tail in segments, recording each as it completes
-        let mut logits = st.last_logits.clone();
-        let mut pos = reused;
-        let mut chunk = 0u32;
-        while pos < len {
-            let end = (pos + c.prefill_chunk).min(len);
-            let ids = &req.prompt[pos..end];
-            let writer = Writer { request: req.id, kind: WriterKind::Prefill { chunk, chunk_rows: ids.len() as u32 } };
-            logits = model.forward(&mut st.kv, &Batch { ids, pos0: pos, writer, kv_len: None });
-            st.len = if stale { st.len.max(end) } else { end };
-            st.record.record(pos, ids);
-            st.last_logits.clone_from(&logits);
-            pos = end;
-            chunk += 1;
-            match observer.on_progress() {
-                Flow::Continue => {}
-                Flow::Stop => break,
-                Flow::Cancel => {
-                    st.record.taint();
-                    return Err(EngineError::Cancelled);
-                }
-            }
-        }
-        let prefill = t0.elapsed();
-        if pos < len {
-            // stopped mid-prefill: nothing to sample from
-            return Ok(reply::stopped_in_prefill(reused, len, prefill, prefix_log));
-        }
-
-        let t1 = Instant::now();
-        let capacity = st.capacity;
-        let decoded = crate::decode::decode(logits, req, len, capacity, observer, |id, pos, step| {
-            let writer = Writer { request: req.id, kind: WriterKind::Decode { step: step as u32 } };
-            // the slot's kv length after this id: decode attends to all of it
-            let kv_len = if stale { st.len.max(pos + 1) } else { pos + 1 };
-            let next = model.forward(
-                &mut st.kv,
-                &Batch { ids: std::slice::from_ref(&id), pos0: pos, writer, kv_len: Some(kv_len) },
-            );
-            if fault != Some(Fault::BulkRecord) {
-                st.record.record(pos, &[id]);
-            }
-            st.len = kv_len;
-            st.last_logits.clone_from(&next);
-            next
-        });
-        // a failed decode leaves a half-updated state: nothing in it may be reused
-        let decoded = decoded.inspect_err(|_| st.record.taint())?;
-        if fault == Some(Fault::BulkRecord) {
-            // the bug: the whole reply recorded after decode, claiming the never-fed last token
-            st.record.record(len, &decoded.tokens);
-        }
-        st.last_generated = decoded.tokens.len();
-        Ok(reply::after_decode(decoded, reused, len, prefill, t1.elapsed(), prefix_log))
     }
 
-    fn dump(&self, slot: usize) -> Result<StateDump> {
-        let st = self.slots.get(slot).ok_or(EngineError::NoSuchSlot { slot, slots: self.slots.len() })?;
-        Ok(StateDump::of_slot(self.info(), slot, (st.len, st.capacity), &st.record, st.dump_tensors()))
-    }
-
-    fn reset(&mut self) {
-        // exactly the state a new engine starts with
-        *self = Glm::new(Arc::clone(&self.model), self.fault);
-    }
-
-    fn fresh(&self) -> Box<dyn Engine> {
-        Box::new(Glm::new(Arc::clone(&self.model), self.fault))
-    }
-
-    fn state_bytes(&self) -> usize {
-        self.slots.iter().map(SlotState::bytes).sum()
-    }
-
-    fn fault(&self) -> Option<Fault> {
-        self.fault
+    fn decode_step(&self, slot: &mut Slot<State>, _: &mut (), s: &Step, fault: Option<Fault>) -> Vec<f32> {
+        // the slot's kv length after this id: decode attends to all of it
+        let kv_len = self.len_after(slot.len, s.pos, fault);
+        let batch = Batch { ids: s.ids(), pos0: s.pos, writer: s.writer, kv_len: Some(kv_len) };
+        self.forward(&mut slot.layers.kv, &batch)
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! Rows are position-addressed and self-contained (a row depends only on the ids at 0..=t), so both are exact.
 
-use super::state::SlotState;
+use super::state::State;
+use crate::engine_loop::Slot;
 use crate::fault::Fault;
 use crate::prefix::{Decision, NoReuse};
 
@@ -13,16 +14,11 @@ pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
 }
 
 /// How many positions of `st` stand in for `prompt` (the rest of the slot is truncated away).
-pub fn own(st: &SlotState, prompt: &[u32], fault: Option<Fault>) -> Decision {
+pub fn own(st: &Slot<State>, prompt: &[u32], fault: Option<Fault>) -> Decision {
     let len = prompt.len();
     let rec = &st.record;
     if fault == Some(Fault::CounterReuse) {
-        // the bug: the reusable length derived from the previous request's counts, ids never compared
-        if st.len == 0 || rec.is_tainted() {
-            return Decision::Fresh(NoReuse::Empty);
-        }
-        let n = (st.last_prompt + st.last_generated).saturating_sub(1).min(len - 1);
-        return if n > 0 { Decision::Reuse(n) } else { Decision::Fresh(NoReuse::Empty) };
+        return st.counter_reuse(len);
     }
     if !rec.is_allocated() {
         return Decision::Fresh(NoReuse::Absent);
@@ -53,7 +49,7 @@ pub fn own(st: &SlotState, prompt: &[u32], fault: Option<Fault>) -> Decision {
 /// With sharing on and `target` empty: the slot holding the longest prefix of `prompt` (lowest index on a tie)
 /// and how many of its rows to copy, bounded by prompt length - 1.
 pub fn share_source(
-    slots: &[SlotState],
+    slots: &[Slot<State>],
     target: usize,
     prompt: &[u32],
     fault: Option<Fault>,

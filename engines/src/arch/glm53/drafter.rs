@@ -8,8 +8,8 @@
 //! shows in the drafter's rows, which the dump carries.
 
 use super::forward::{Batch, LayerKv};
+use super::model::Config;
 use super::model::Model;
-use crate::config::ModelConfig;
 use crate::dump::Writer;
 use crate::engine::Sampling;
 use crate::tokenizer::EOS;
@@ -30,7 +30,7 @@ pub struct Drafter {
 }
 
 impl Drafter {
-    pub fn new(c: &ModelConfig, capacity: usize) -> Self {
+    pub fn new(c: &Config, capacity: usize) -> Self {
         let kvd = c.kv_heads * c.head_dim;
         Drafter {
             kv: (0..c.draft_layers).map(|_| LayerKv::new(capacity, kvd)).collect(),

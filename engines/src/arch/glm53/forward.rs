@@ -16,7 +16,8 @@ use crate::dump::Writer;
 use crate::kernels::{attend, matmul_with, rms_norm, silu, Reduction};
 use crate::moe::Expert;
 
-/// k and v rows of one layer, row t holding position t.
+/// k and v rows of one layer (`kv_heads · head_dim` wide, one per position up to the capacity), row t holding
+/// position t.
 #[derive(Debug, Clone)]
 pub struct LayerKv {
     pub k: FullCache,
@@ -63,13 +64,9 @@ pub fn prefill_reduction(rows: usize) -> Reduction {
 pub const DECODE_REDUCTION: Reduction = Reduction::Invariant;
 
 impl Model {
-    fn embed_rows(&self, ids: &[u32]) -> Vec<f32> {
-        let h = self.config.hidden;
-        ids.iter().flat_map(|&id| self.embed[id as usize * h..(id as usize + 1) * h].iter().copied()).collect()
-    }
-
-    /// x += wo · attention(x); writes the batch's k/v rows into `kv` after every query has read them.
-    fn attention(&self, a: &Attn, kv: &mut LayerKv, x: &mut [f32], b: &Batch, red: Reduction) {
+    /// x += wo · attention(rms_norm(x, norm)); writes the batch's k/v rows into `kv` after every query has read
+    /// them.
+    fn attention(&self, norm: &[f32], a: &Attn, kv: &mut LayerKv, x: &mut [f32], b: &Batch, red: Reduction) {
         let c = &self.config;
         let (h, hd) = (c.hidden, c.head_dim);
         let (qd, kvd) = (c.heads * hd, c.kv_heads * hd);
@@ -77,7 +74,7 @@ impl Model {
         let (s, pos0) = (b.ids.len(), b.pos0);
         let scale = 1.0 / (hd as f32).sqrt();
         let mut xn = x.to_vec();
-        rms_norm(&mut xn, &a.norm, c.norm_eps);
+        rms_norm(&mut xn, norm, c.norm_eps);
         let mut q = vec![0.0; s * qd];
         let mut k = vec![0.0; s * kvd];
         let mut v = vec![0.0; s * kvd];
@@ -126,7 +123,7 @@ impl Model {
         let mut last = x[x.len() - rows * h..].to_vec();
         rms_norm(&mut last, norm, c.norm_eps);
         let mut logits = vec![0.0; rows * c.vocab];
-        matmul_with(red, &last, rows, &self.lm_head, c.vocab, h, &mut logits);
+        matmul_with(red, &last, rows, &self.stack.lm_head, c.vocab, h, &mut logits);
         logits
     }
 
@@ -134,12 +131,12 @@ impl Model {
     pub fn forward(&self, kv: &mut [LayerKv], b: &Batch, red: Reduction, logits_rows: usize) -> Vec<f32> {
         let c = &self.config;
         let s = b.ids.len();
-        let mut x = self.embed_rows(b.ids);
-        for (layer, cache) in self.layers.iter().zip(kv.iter_mut()) {
-            self.attention(&layer.attn, cache, &mut x, b, red);
+        let mut x = self.stack.embed_rows(b.ids, c.hidden);
+        for (layer, cache) in self.stack.layers.iter().zip(kv.iter_mut()) {
+            self.attention(&layer.attn_norm, &layer.attn, cache, &mut x, b, red);
             add_moe_sublayer(&mut x, &layer.ffn_norm, c.norm_eps, &layer.moe, red, s);
         }
-        self.logits(&x, logits_rows.clamp(1, s), &self.final_norm, red)
+        self.logits(&x, logits_rows.clamp(1, s), &self.stack.final_norm, red)
     }
 
     /// Feed `b` through the drafter (batch-invariant: its rows depend only on the ids and their positions);
@@ -148,9 +145,9 @@ impl Model {
         let c = &self.config;
         let s = b.ids.len();
         let red = Reduction::Invariant;
-        let mut x = self.embed_rows(b.ids);
+        let mut x = self.stack.embed_rows(b.ids, c.hidden);
         for (layer, cache) in self.draft.iter().zip(kv.iter_mut()) {
-            self.attention(&layer.attn, cache, &mut x, b, red);
+            self.attention(&layer.attn_norm, &layer.attn, cache, &mut x, b, red);
             let mut xn = x.clone();
             rms_norm(&mut xn, &layer.ffn_norm, c.norm_eps);
             let f = dense(&layer.ffn, &xn, s, c.hidden, c.ffn);

@@ -19,27 +19,18 @@ mod model;
 mod state;
 
 use std::collections::VecDeque;
-use std::sync::Arc;
-use std::time::Instant;
 
 pub use chunks::plan;
-pub use model::{tensor_specs, Model};
-use state::SlotState;
+pub use model::{Config, Model};
+use state::State;
 
-use crate::arch::capacity::grow_to_fit;
-use crate::arch::engine_info::engine_info;
-use crate::arch::reply;
-use crate::arch::request_checks::check_request;
-use crate::bundled::{ArchInfo, Entry};
-use crate::config::{ModelConfig, Preset};
-use crate::dump::{StateDump, Writer, WriterKind};
-use crate::engine::{Engine, EngineInfo, Flow, Observer, Reply, Request};
-use crate::error::{EngineError, Result};
+use crate::dump::{Writer, WriterKind};
+use crate::engine::{EngineInfo, Request};
+use crate::engine_loop::{Arch, ArchInfo, Progress, Segment, Slot, Start, Step};
+use crate::error::Result;
 use crate::fault::Fault;
 use crate::prefix::{Decision, NoReuse};
 use forward::{prefill_reduction, Batch, DECODE_REDUCTION};
-
-pub const ENTRY: Entry = Entry { info: INFO, tensor_specs, preset, open };
 
 pub const INFO: ArchInfo = ArchInfo {
     name: "glm53",
@@ -50,34 +41,6 @@ pub const INFO: ArchInfo = ArchInfo {
                  drafter resumed at the offset",
     faults: &[Fault::VariableChunks, Fault::NoCanonicalBound, Fault::NoGridQuantize, Fault::DrafterNotResumed],
 };
-
-/// glm53 sizes: one slot (seed 004 caches one conversation), no rings, no audio, a grid and a 1-layer drafter.
-fn preset(c: &mut ModelConfig, p: Preset) {
-    c.window = 0;
-    c.global_every = 0;
-    c.conv_kernel = 0;
-    c.audio_frame_bytes = 0;
-    c.slots = 1;
-    c.draft_layers = 1;
-    c.prompt_rows = match p {
-        Preset::Tiny => 16,
-        Preset::Small => 64,
-        Preset::Bench => 128,
-    };
-    c.prefill_chunk = c.prompt_rows;
-    c.prefix_cache = true;
-}
-
-fn open(config: ModelConfig, weights: &crate::weights::Weights, fault: Option<Fault>) -> Result<Box<dyn Engine>> {
-    Ok(Box::new(Glm53::new(Arc::new(Model::load(config, weights)?), fault)))
-}
-
-/// A glm53 engine: shared weights plus its slots' states.
-pub struct Glm53 {
-    model: Arc<Model>,
-    fault: Option<Fault>,
-    slots: Vec<SlotState>,
-}
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
@@ -90,81 +53,30 @@ struct Verified {
     logits: Vec<f32>,
 }
 
-impl Glm53 {
-    pub fn new(model: Arc<Model>, fault: Option<Fault>) -> Self {
-        let slots = (0..model.config.slots).map(|_| SlotState::new(&model.config)).collect();
-        Glm53 { model, fault, slots }
-    }
+/// What one request's decode carries from step to step: the proposals verified ahead of the ids fed, and how
+/// many to ask for next (as many as the last batch got accepted, plus one).
+pub struct Decoding {
+    verified: VecDeque<Verified>,
+    want: usize,
+    proposed: usize,
+}
 
-    fn has(&self, f: Fault) -> bool {
-        self.fault == Some(f)
-    }
-
-    /// How many prompt positions the slot's state stands in for.
-    fn decide(&self, st: &SlotState, prompt: &[u32]) -> Decision {
-        if !self.model.config.prefix_cache {
-            return Decision::Fresh(NoReuse::Absent);
-        }
-        let rec = &st.record;
-        if !rec.is_allocated() {
-            return Decision::Fresh(NoReuse::Absent);
-        }
-        if rec.is_tainted() {
-            return Decision::Fresh(NoReuse::Tainted);
-        }
-        if rec.is_empty() {
-            return Decision::Fresh(NoReuse::Empty);
-        }
-        let lcp = common_prefix(rec.ids(), prompt);
-        // at least one prompt id is prefilled: its logits are what the first token is sampled from
-        let mut r = lcp.min(prompt.len() - 1);
-        if !self.has(Fault::NoCanonicalBound) {
-            r = r.min(st.canonical_end);
-        }
-        if !self.has(Fault::NoGridQuantize) {
-            r = r / self.model.grid * self.model.grid;
-        }
-        if r > 0 {
-            Decision::Reuse(r)
-        } else if lcp < prompt.len() && lcp < rec.len() {
-            Decision::Fresh(NoReuse::Diverged { at: lcp })
-        } else {
-            Decision::Fresh(NoReuse::Shorter)
-        }
-    }
-
-    /// Grow the slot so `needed` positions fit (the shared growth policy).
-    fn ensure_capacity(&mut self, slot: usize, needed: usize) {
-        let st = &mut self.slots[slot];
-        grow_to_fit(st.capacity, needed, self.model.config.max_ctx, |capacity| st.grow(capacity));
-    }
-
-    /// The checks every engine makes, then glm53's own: it takes no audio frames.
-    fn validate(&self, req: &Request) -> Result<()> {
-        check_request(req, self.slots.len(), self.model.config.vocab)?;
-        if !req.audio.is_empty() {
-            return Err(EngineError::BadRequest("glm53 takes no audio frames".into()));
-        }
-        Ok(())
+impl Default for Decoding {
+    fn default() -> Self {
+        Decoding { verified: VecDeque::new(), want: drafter::DRAFT_TOKENS, proposed: 0 }
     }
 }
 
 /// Feed `id` at `pos` through the main model's decode path together with the drafter's proposals after it, in
 /// one verification batch; returns the logits after `id` and the verified proposals.
-fn verify(
-    model: &Model,
-    st: &mut SlotState,
-    req: &Request,
-    id: u32,
-    pos: usize,
-    step: usize,
-    want: usize,
-) -> (Vec<f32>, Vec<Verified>) {
+fn verify(model: &Model, st: &mut Slot<State>, s: &Step, want: usize) -> (Vec<f32>, Vec<Verified>) {
+    let (req, id, pos, step) = (s.req, s.id, s.pos, s.index);
     let writer = |j: usize| Writer { request: req.id, kind: WriterKind::Decode { step: (step + j) as u32 } };
     // proposals past the slot's capacity, or past the last id this request could still feed, are never used
     let room = st.capacity.saturating_sub(pos + 1);
     let feedable = req.max_tokens.saturating_sub(step + 2);
     let n = want.min(room).min(feedable);
+    let st = &mut st.layers;
     st.drafter.resume(pos);
     let drafts = st.drafter.propose(model, id, n, req.ignore_eos, writer);
     let mut ids = Vec::with_capacity(1 + drafts.len());
@@ -181,126 +93,118 @@ fn verify(
     (logits[..vocab].to_vec(), verified)
 }
 
-impl Engine for Glm53 {
-    fn info(&self) -> EngineInfo {
-        EngineInfo {
-            prompt_rows: Some(self.model.grid),
-            ..engine_info(&self.model.config, self.fault, &self.model.hash)
-        }
+impl Arch for Model {
+    crate::model_parts!(State, Decoding, INFO);
+    /// Reuse never reaches the whole prompt (it is bounded by prompt length - 1): no logits are kept.
+    const KEEPS_LOGITS: bool = false;
+
+    fn new_layers(&self) -> State {
+        State::new(&self.config)
     }
 
-    fn generate(&mut self, req: &Request, observer: &mut dyn Observer) -> Result<Reply> {
-        self.validate(req)?;
-        let model = Arc::clone(&self.model);
-        let c = &model.config;
-        let len = req.prompt.len();
-        if len > c.max_ctx {
-            // a failed request leaves nothing reusable
-            self.slots[req.slot].record.taint();
-            return Err(EngineError::ContextExceeded { used: len, limit: c.max_ctx });
-        }
-        let t0 = Instant::now();
-        self.ensure_capacity(req.slot, (len + req.max_tokens).min(c.max_ctx).max(len));
-        let decision = self.decide(&self.slots[req.slot], &req.prompt);
-        let prefix_log = self.slots[req.slot].record.log_line(len, decision);
-        let fault = self.fault;
-        let st = &mut self.slots[req.slot];
-        let reused = decision.reused();
-        if reused == 0 {
-            st.reset();
-        } else {
-            st.truncate(reused, fault != Some(Fault::DrafterNotResumed));
-        }
+    fn info(&self, base: EngineInfo) -> EngineInfo {
+        EngineInfo { prompt_rows: Some(self.grid), ..base }
+    }
 
-        // prefill the tail chunk by chunk, recording each as it completes
-        let mut logits = Vec::new();
-        let mut done = reused;
-        for (chunk, &(a, b)) in plan(reused, len, model.grid, fault == Some(Fault::VariableChunks)).iter().enumerate() {
-            let ids = &req.prompt[a..b];
-            let kind = WriterKind::Prefill { chunk: chunk as u32, chunk_rows: (b - a) as u32 };
-            let writers = vec![Writer { request: req.id, kind }; b - a];
-            logits = model.forward(
-                &mut st.kv,
-                &Batch { ids, pos0: a, writers: writers.clone() },
-                prefill_reduction(b - a),
-                1,
-            );
-            st.drafter.feed(&model, ids, writers);
-            st.record.record(a, ids);
-            st.len = b;
-            st.canonical_end = b;
-            done = b;
-            match observer.on_progress() {
-                Flow::Continue => {}
-                Flow::Stop => break,
-                Flow::Cancel => {
-                    st.record.taint();
-                    return Err(EngineError::Cancelled);
-                }
+    /// glm53 takes no audio frames (its refusal does not count them).
+    fn audio_rows<'r>(&self, req: &'r Request) -> Result<crate::engine_loop::AudioRows<'r>> {
+        if !req.audio.is_empty() {
+            return Err(crate::error::EngineError::BadRequest("glm53 takes no audio frames".into()));
+        }
+        Ok(Vec::new())
+    }
+
+    /// min(LCP, canonical end, prompt length - 1) rounded down to the grid (`no-canonical-bound`,
+    /// `no-grid-quantize`: without the bound, without the rounding); with `prefix_cache` off, nothing.
+    fn decide(&self, slots: &[Slot<State>], req: &Request, fault: Option<Fault>) -> Start {
+        let (st, prompt) = (&slots[req.slot], &req.prompt);
+        if !self.config.prefix_cache {
+            return Start::Own(Decision::Fresh(NoReuse::Absent));
+        }
+        let rec = &st.record;
+        if !rec.is_allocated() {
+            return Start::Own(Decision::Fresh(NoReuse::Absent));
+        }
+        if rec.is_tainted() {
+            return Start::Own(Decision::Fresh(NoReuse::Tainted));
+        }
+        if rec.is_empty() {
+            return Start::Own(Decision::Fresh(NoReuse::Empty));
+        }
+        let lcp = common_prefix(rec.ids(), prompt);
+        // at least one prompt id is prefilled: its logits are what the first token is sampled from
+        let mut r = lcp.min(prompt.len() - 1);
+        if fault != Some(Fault::NoCanonicalBound) {
+            r = r.min(st.layers.canonical_end);
+        }
+        if fault != Some(Fault::NoGridQuantize) {
+            r = r / self.grid * self.grid;
+        }
+        Start::Own(if r > 0 {
+            Decision::Reuse(r)
+        } else if lcp < prompt.len() && lcp < rec.len() {
+            Decision::Fresh(NoReuse::Diverged { at: lcp })
+        } else {
+            Decision::Fresh(NoReuse::Shorter)
+        })
+    }
+
+    /// Keep the reused positions and resume the drafter there (`drafter-not-resumed`: it is not).
+    fn resume(&self, slots: &mut [Slot<State>], req: &Request, start: Start, fault: Option<Fault>) {
+        let st = &mut slots[req.slot];
+        match start.decision().reused() {
+            0 => st.reset(),
+            keep => {
+                st.layers.truncate(keep, fault != Some(Fault::DrafterNotResumed));
+                st.record.record(keep, &[]);
+                st.len = keep;
             }
         }
-        let prefill = t0.elapsed();
-        if done < len {
-            // stopped mid-prefill: nothing to sample from
-            return Ok(reply::stopped_in_prefill(reused, len, prefill, prefix_log));
+    }
+
+    /// Chunks on the position-fixed grid (`variable-chunks`: sized from the prompt's length).
+    fn segments(&self, from: usize, to: usize, fault: Option<Fault>) -> Vec<(usize, usize)> {
+        plan(from, to, self.grid, fault == Some(Fault::VariableChunks))
+    }
+
+    /// A chunk through the main model (tiling picked from its row count), then through the drafter.
+    fn prefill(&self, slot: &mut Slot<State>, seg: &Segment, _: &mut Progress, _: Option<Fault>) -> Option<Vec<f32>> {
+        let st = &mut slot.layers;
+        let rows = seg.ids.len();
+        let writers = vec![seg.writer; rows];
+        let batch = Batch { ids: seg.ids, pos0: seg.pos0, writers: writers.clone() };
+        let logits = self.forward(&mut st.kv, &batch, prefill_reduction(rows), 1);
+        st.drafter.feed(self, seg.ids, writers);
+        st.canonical_end = seg.end();
+        Some(logits)
+    }
+
+    /// A proposal the main model already verified at this position is taken as it is; otherwise `id` starts a
+    /// new verification batch.
+    fn decode_step(&self, slot: &mut Slot<State>, d: &mut Decoding, s: &Step, _: Option<Fault>) -> Vec<f32> {
+        match d.verified.front() {
+            Some(v) if v.pos == s.pos && v.id == s.id => {
+                slot.layers.accepted += 1;
+                d.verified.pop_front().map(|v| v.logits).unwrap_or_default()
+            }
+            _ => {
+                if d.proposed > 0 {
+                    d.want = (d.proposed - d.verified.len() + 1).min(drafter::DRAFT_TOKENS);
+                }
+                let (next, more) = verify(self, slot, s, d.want);
+                d.proposed = more.len();
+                slot.layers.drafted += more.len();
+                d.verified = more.into();
+                next
+            }
         }
-
-        let t1 = Instant::now();
-        let capacity = st.capacity;
-        let mut verified: VecDeque<Verified> = VecDeque::new();
-        // proposals per batch adapt to the drafter's luck: as many as the last batch got accepted, plus one
-        let (mut want, mut proposed) = (drafter::DRAFT_TOKENS, 0);
-        let decoded = crate::decode::decode(logits, req, len, capacity, observer, |id, pos, step| {
-            // a proposal the main model already verified at this position: its rows and logits are there
-            let next = match verified.front() {
-                Some(v) if v.pos == pos && v.id == id => {
-                    st.accepted += 1;
-                    verified.pop_front().map(|v| v.logits).unwrap_or_default()
-                }
-                _ => {
-                    if proposed > 0 {
-                        want = (proposed - verified.len() + 1).min(drafter::DRAFT_TOKENS);
-                    }
-                    let (next, more) = verify(&model, st, req, id, pos, step, want);
-                    proposed = more.len();
-                    st.drafted += more.len();
-                    verified = more.into();
-                    next
-                }
-            };
-            st.record.record(pos, &[id]);
-            st.len = pos + 1;
-            next
-        });
-        // rows written for proposals that were never fed are not part of the state
-        let fed = st.len;
-        st.kv.iter_mut().for_each(|kv| kv.forget_from(fed));
-        st.drafter.resume(fed);
-        // a failed decode leaves a half-updated state: nothing in it may be reused
-        let decoded = decoded.inspect_err(|_| st.record.taint())?;
-        Ok(reply::after_decode(decoded, reused, len, prefill, t1.elapsed(), prefix_log))
     }
 
-    fn dump(&self, slot: usize) -> Result<StateDump> {
-        let st = self.slots.get(slot).ok_or(EngineError::NoSuchSlot { slot, slots: self.slots.len() })?;
-        Ok(StateDump::of_slot(self.info(), slot, (st.len, st.capacity), &st.record, st.dump_tensors()))
-    }
-
-    fn reset(&mut self) {
-        // exactly the state a new engine starts with
-        *self = Glm53::new(Arc::clone(&self.model), self.fault);
-    }
-
-    fn fresh(&self) -> Box<dyn Engine> {
-        Box::new(Glm53::new(Arc::clone(&self.model), self.fault))
-    }
-
-    fn state_bytes(&self) -> usize {
-        self.slots.iter().map(SlotState::bytes).sum()
-    }
-
-    fn fault(&self) -> Option<Fault> {
-        self.fault
+    /// Rows written for proposals that were never fed are not part of the state.
+    fn after_decode(&self, slot: &mut Slot<State>) {
+        let fed = slot.len;
+        slot.layers.kv.iter_mut().for_each(|kv| kv.forget_from(fed));
+        slot.layers.drafter.resume(fed);
     }
 }
 
@@ -309,11 +213,20 @@ mod tests {
     use super::*;
     use crate::engine::TokenEvent;
 
+    use crate::engine::{Flow, Observer};
+
+    use crate::config::{ArchConfig, Preset};
+    use crate::engine::Engine;
+    use crate::engine_loop::BundledEngine;
+    use std::sync::Arc;
+
+    type Glm53 = BundledEngine<Model>;
+
     fn engine(draft_layers: usize) -> Glm53 {
-        let mut c = ModelConfig::preset("glm53", Preset::Tiny).expect("tiny");
-        c.draft_layers = draft_layers;
-        let w = crate::fixture::generate_weights(&c, 0).expect("fixture");
-        Glm53::new(Arc::new(Model::load(c, &w).expect("load")), None)
+        let c = Config { draft_layers, ..Config::preset(Preset::Tiny) };
+        let w = crate::fixture::generate_weights(&c.clone().into(), 0).expect("fixture");
+        let hash = crate::arch::model_hash::model_hash(&c, &w);
+        BundledEngine::new(Arc::new(Model::build(c, &mut crate::tensors::Load(&w), hash).expect("load")), None)
     }
 
     #[derive(Default)]
@@ -354,15 +267,15 @@ mod tests {
         let mut rates = Vec::new();
         for forced in [truth, mostly, wrong] {
             let mut spec = engine(1);
-            spec.slots[0].drafter.forced = Some(forced);
+            spec.slots_mut()[0].layers.drafter.forced = Some(forced);
             let (t, l) = run(&mut spec, &r);
             assert_eq!(t, tokens);
             assert_eq!(l, logits, "logits after verification batches equal one-token decode logits");
             assert_eq!(main_state(&spec), reference, "the main model's rows and writers do not depend on drafting");
-            let st = &spec.slots[0];
-            assert!(st.drafted > 0);
-            rates.push(st.accepted);
-            let draft_rows = st.drafter.kv[0].k.rows.meta.iter().filter(|m| m.pos >= 0).count();
+            let st = &spec.slots()[0];
+            assert!(st.layers.drafted > 0);
+            rates.push(st.layers.accepted);
+            let draft_rows = st.layers.drafter.kv[0].k.rows.meta.iter().filter(|m| m.pos >= 0).count();
             assert_eq!(draft_rows, st.len, "no rows of rejected or unfed proposals are left");
         }
         // 23 ids are fed; with a drafter that is always right, every fourth starts a verification batch (of itself

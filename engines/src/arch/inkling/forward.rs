@@ -7,9 +7,8 @@
 use rayon::prelude::*;
 
 use super::model::Model;
-use super::state::{LayerKv, SlotState};
+use super::state::{LayerKv, State};
 use crate::arch::moe_sublayer::add_moe_sublayer;
-use crate::arch::output_head::last_row_logits;
 use crate::arch::short_conv::short_conv;
 use crate::cache::RowMeta;
 use crate::dump::Writer;
@@ -32,7 +31,7 @@ impl Model {
         let mut x = Vec::with_capacity(b.ids.len() * h);
         for (i, &id) in b.ids.iter().enumerate() {
             let start = x.len();
-            x.extend_from_slice(&self.embed[id as usize * h..(id as usize + 1) * h]);
+            x.extend_from_slice(&self.stack.embed[id as usize * h..(id as usize + 1) * h]);
             if let (AUDIO, Some(Some(payload))) = (id, b.audio.get(i)) {
                 let fb = self.config.audio_frame_bytes;
                 let frame: Vec<f32> = payload.iter().map(|&v| v as f32 / 127.5 - 1.0).collect();
@@ -54,7 +53,7 @@ impl Model {
     }
 
     /// Feed `b` into `st`, writing every cache row with `b.writer`; returns the logits of the last row.
-    pub fn forward(&self, st: &mut SlotState, b: &Batch, fault: Option<Fault>) -> Vec<f32> {
+    pub fn forward(&self, st: &mut State, b: &Batch, fault: Option<Fault>) -> Vec<f32> {
         let c = &self.config;
         let (h, hd) = (c.hidden, c.head_dim);
         let (qd, kvd) = (c.heads * hd, c.kv_heads * hd);
@@ -65,25 +64,25 @@ impl Model {
         let meta = RowMeta { pos: 0, writer: Some(b.writer) };
         let mut x = self.embed_rows(b);
 
-        for (l, layer) in self.layers.iter().enumerate() {
+        for (l, layer) in self.stack.layers.iter().enumerate() {
             let mut xn = x.clone();
             rms_norm(&mut xn, &layer.attn_norm, c.norm_eps);
             let mut q = vec![0.0; s * qd];
             let mut kraw = vec![0.0; s * kvd];
             let mut vraw = vec![0.0; s * kvd];
-            matmul(&xn, s, &layer.wq, qd, h, &mut q);
-            matmul(&xn, s, &layer.wk, kvd, h, &mut kraw);
-            matmul(&xn, s, &layer.wv, kvd, h, &mut vraw);
-            let mut k = self.conv_over_time(&kraw, &layer.conv_k, &st.conv[l].k, pos0);
-            let v = self.conv_over_time(&vraw, &layer.conv_v, &st.conv[l].v, pos0);
-            rms_norm(&mut q, &layer.q_norm, c.norm_eps);
-            rms_norm(&mut k, &layer.k_norm, c.norm_eps);
+            matmul(&xn, s, &layer.attn.wq, qd, h, &mut q);
+            matmul(&xn, s, &layer.attn.wk, kvd, h, &mut kraw);
+            matmul(&xn, s, &layer.attn.wv, kvd, h, &mut vraw);
+            let mut k = self.conv_over_time(&kraw, &layer.attn.conv_k, &st.conv[l].k, pos0);
+            let v = self.conv_over_time(&vraw, &layer.attn.conv_v, &st.conv[l].v, pos0);
+            rms_norm(&mut q, &layer.attn.q_norm, c.norm_eps);
+            rms_norm(&mut k, &layer.attn.k_norm, c.norm_eps);
             for i in 0..s {
                 self.rope.apply(&mut q[i * qd..(i + 1) * qd], pos0 + i);
                 self.rope.apply(&mut k[i * kvd..(i + 1) * kvd], pos0 + i);
             }
 
-            let sliding = !layer.global;
+            let sliding = !layer.attn.global;
             let ring = matches!(st.kv[l], LayerKv::Ring { .. });
             let append_first = ring && fault == Some(Fault::RingAppendFirst);
             if append_first {
@@ -118,7 +117,7 @@ impl Model {
                 });
             }
             let mut o = vec![0.0; s * h];
-            matmul(&att, s, &layer.wo, h, qd, &mut o);
+            matmul(&att, s, &layer.attn.wo, h, qd, &mut o);
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
 
             if !append_first {
@@ -143,6 +142,6 @@ impl Model {
             add_moe_sublayer(&mut x, &layer.ffn_norm, c.norm_eps, &layer.moe, crate::kernels::Reduction::Invariant, s);
         }
 
-        last_row_logits(&x, s, c, &self.final_norm, &self.lm_head)
+        self.stack.logits(&x, s, c)
     }
 }

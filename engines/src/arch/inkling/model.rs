@@ -1,122 +1,137 @@
-//! Inkling's weights: GQA attention with short convolutions on k/v, sliding-window layers (rings) and global
-//! layers (full caches) about 5:1, a MoE FFN, and an audio projection mixing frame payloads into the embedding.
+//! Inkling's config and weights: GQA attention with short convolutions on k/v, sliding-window layers (rings) and
+//! global layers (full caches) about 5:1, a MoE FFN, and an audio projection mixing frame payloads into the
+//! embedding.
 
-use crate::arch::checkpoint_layout::{layer_name, moe_specs, LayerExperts};
-use crate::arch::model_hash::model_hash;
-use crate::config::ModelConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::arch::checkpoint_layout::Stack;
+use crate::config::{preset_window, ArchConfig, BaseConfig, HashLayout, Preset};
 use crate::error::Result;
-use crate::fixture::{Init, TensorSpec};
+use crate::fixture::Init;
 use crate::kernels::Rope;
-use crate::moe::Moe;
-use crate::weights::Weights;
+use crate::tensors::Source;
 
-/// One transformer layer.
+fn yes() -> bool {
+    true
+}
+
+/// Inkling's config: the shared base plus its options.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Config {
+    #[serde(flatten)]
+    pub base: BaseConfig,
+    /// Sliding-window length of ring layers (0: none, every layer global).
+    #[serde(default)]
+    pub window: usize,
+    /// Store sliding layers as rings of `window` rows (false: full caches, same attention; a reference for tests).
+    #[serde(default = "yes")]
+    pub ring_kv: bool,
+    /// Every `global_every`-th layer (1-based) is global; the rest slide.
+    #[serde(default)]
+    pub global_every: usize,
+    /// Short-convolution width on k/v (0: none).
+    #[serde(default)]
+    pub conv_kernel: usize,
+    /// Bytes of one audio frame's payload (0: no audio).
+    #[serde(default)]
+    pub audio_frame_bytes: usize,
+}
+
+crate::derefs_to_base!(Config);
+
+impl Config {
+    /// Whether layer `i` is a global (full-attention) layer.
+    pub fn is_global(&self, layer: usize) -> bool {
+        self.window == 0 || self.global_every == 0 || (layer + 1).is_multiple_of(self.global_every)
+    }
+}
+
+impl ArchConfig for Config {
+    /// The base preset as it is, with rings, global layers about 1 in 6, and audio.
+    fn preset(p: Preset) -> Self {
+        Config {
+            base: BaseConfig::preset("inkling", p),
+            window: preset_window(p),
+            ring_kv: true,
+            global_every: if p == Preset::Tiny { 8 } else { 6 },
+            conv_kernel: 3,
+            audio_frame_bytes: if p == Preset::Tiny { 8 } else { 16 },
+        }
+    }
+
+    fn hash_layout(&self) -> HashLayout {
+        HashLayout {
+            window: self.window,
+            ring_kv: self.ring_kv,
+            global_every: self.global_every,
+            conv_kernel: self.conv_kernel,
+            audio_frame_bytes: self.audio_frame_bytes,
+            ..HashLayout::of(&self.base)
+        }
+    }
+}
+
+/// A layer's attention (`qd = heads · head_dim`, `kvd = kv_heads · head_dim`).
 #[derive(Debug, Clone)]
-pub struct Layer {
+pub struct Attention {
+    /// Global (full cache) or sliding (ring).
     pub global: bool,
-    pub attn_norm: Vec<f32>,
+    /// `[qd, hidden]`, `[kvd, hidden]`, `[kvd, hidden]`, `[hidden, qd]`.
     pub wq: Vec<f32>,
     pub wk: Vec<f32>,
     pub wv: Vec<f32>,
     pub wo: Vec<f32>,
+    /// `[head_dim]` each, applied per head.
     pub q_norm: Vec<f32>,
     pub k_norm: Vec<f32>,
-    /// Depthwise short convolution over time, `[conv_kernel, kv_dim]` (oldest tap first).
+    /// Depthwise short convolution over time, `[conv_kernel, kvd]` (oldest tap first; empty without a kernel).
     pub conv_k: Vec<f32>,
     pub conv_v: Vec<f32>,
-    pub ffn_norm: Vec<f32>,
-    pub moe: Moe,
 }
 
 /// The whole model; shared (`Arc`) by warm and cold instances.
 #[derive(Debug, Clone)]
 pub struct Model {
-    pub config: ModelConfig,
-    pub embed: Vec<f32>,
-    /// `[hidden, audio_frame_bytes]`.
+    pub config: Config,
+    pub stack: Stack<Attention>,
+    /// `[hidden, audio_frame_bytes]` (empty without audio).
     pub audio_proj: Vec<f32>,
-    pub layers: Vec<Layer>,
-    pub final_norm: Vec<f32>,
-    pub lm_head: Vec<f32>,
     pub rope: Rope,
     /// Short hash of config + weights.
     pub hash: String,
 }
 
-/// The checkpoint's tensors, in the order a fixture writes them.
-pub fn tensor_specs(c: &ModelConfig) -> Vec<TensorSpec> {
-    let (h, hd) = (c.hidden, c.head_dim);
-    let (qd, kvd) = (c.heads * hd, c.kv_heads * hd);
-    let mut s = vec![TensorSpec::new("model.embed_tokens.weight", &[c.vocab, h], Init::Uniform(1.0))];
-    if c.audio_frame_bytes > 0 {
-        s.push(TensorSpec::linear("model.audio_proj.weight", h, c.audio_frame_bytes));
-    }
-    for i in 0..c.layers {
-        s.push(TensorSpec::new(layer_name(i, "input_layernorm.weight"), &[h], Init::Ones));
-        s.push(TensorSpec::linear(layer_name(i, "self_attn.q_proj.weight"), qd, h));
-        s.push(TensorSpec::linear(layer_name(i, "self_attn.k_proj.weight"), kvd, h));
-        s.push(TensorSpec::linear(layer_name(i, "self_attn.v_proj.weight"), kvd, h));
-        s.push(TensorSpec::linear(layer_name(i, "self_attn.o_proj.weight"), h, qd));
-        s.push(TensorSpec::new(layer_name(i, "self_attn.q_norm.weight"), &[hd], Init::Ones));
-        s.push(TensorSpec::new(layer_name(i, "self_attn.k_norm.weight"), &[hd], Init::Ones));
-        if c.conv_kernel > 0 {
-            let a = (3.0 / c.conv_kernel as f32).sqrt();
-            s.push(TensorSpec::new(layer_name(i, "self_attn.k_conv.weight"), &[c.conv_kernel, kvd], Init::Uniform(a)));
-            s.push(TensorSpec::new(layer_name(i, "self_attn.v_conv.weight"), &[c.conv_kernel, kvd], Init::Uniform(a)));
-        }
-        s.push(TensorSpec::new(layer_name(i, "post_attention_layernorm.weight"), &[h], Init::Ones));
-        moe_specs(c, i, &mut s);
-    }
-    s.push(TensorSpec::new("model.norm.weight", &[h], Init::Ones));
-    s.push(TensorSpec::linear("lm_head.weight", c.vocab, h));
-    s
-}
-
 impl Model {
-    pub fn load(c: ModelConfig, w: &Weights) -> Result<Model> {
-        c.validate().map_err(|message| crate::error::EngineError::Config { path: w.path().into(), message })?;
+    /// The model from `src`, every tensor named once, in checkpoint order.
+    pub fn build(c: Config, src: &mut dyn Source, hash: String) -> Result<Model> {
         let (h, hd) = (c.hidden, c.head_dim);
         let (qd, kvd) = (c.heads * hd, c.kv_heads * hd);
-        let mut layers = Vec::with_capacity(c.layers);
-        for i in 0..c.layers {
-            let t = |rest: &str, shape: &[usize]| w.tensor(&layer_name(i, rest), shape);
-            let conv = |rest: &str| {
-                if c.conv_kernel > 0 {
-                    t(rest, &[c.conv_kernel, kvd])
-                } else {
-                    Ok(Vec::new())
-                }
-            };
-            let experts = LayerExperts::load(w, &c, i)?;
-            layers.push(Layer {
+        let conv_init = Init::Uniform((3.0 / c.conv_kernel.max(1) as f32).sqrt());
+        let conv = |t: &mut dyn Source, name: &str| {
+            if c.conv_kernel > 0 {
+                t.take(name, &[c.conv_kernel, kvd], conv_init)
+            } else {
+                Ok(Vec::new())
+            }
+        };
+        let stack = Stack::build(src, &c, |t, i| {
+            Ok(Attention {
                 global: c.is_global(i),
-                attn_norm: t("input_layernorm.weight", &[h])?,
-                wq: t("self_attn.q_proj.weight", &[qd, h])?,
-                wk: t("self_attn.k_proj.weight", &[kvd, h])?,
-                wv: t("self_attn.v_proj.weight", &[kvd, h])?,
-                wo: t("self_attn.o_proj.weight", &[h, qd])?,
-                q_norm: t("self_attn.q_norm.weight", &[hd])?,
-                k_norm: t("self_attn.k_norm.weight", &[hd])?,
-                conv_k: conv("self_attn.k_conv.weight")?,
-                conv_v: conv("self_attn.v_conv.weight")?,
-                ffn_norm: t("post_attention_layernorm.weight", &[h])?,
-                moe: experts.with_router(w, &c)?,
-            });
-        }
+                wq: t.linear("self_attn.q_proj.weight", qd, h)?,
+                wk: t.linear("self_attn.k_proj.weight", kvd, h)?,
+                wv: t.linear("self_attn.v_proj.weight", kvd, h)?,
+                wo: t.linear("self_attn.o_proj.weight", h, qd)?,
+                q_norm: t.norm("self_attn.q_norm.weight", hd)?,
+                k_norm: t.norm("self_attn.k_norm.weight", hd)?,
+                conv_k: conv(t, "self_attn.k_conv.weight")?,
+                conv_v: conv(t, "self_attn.v_conv.weight")?,
+            })
+        })?;
         let audio_proj = if c.audio_frame_bytes > 0 {
-            w.tensor("model.audio_proj.weight", &[h, c.audio_frame_bytes])?
+            src.linear("model.audio_proj.weight", h, c.audio_frame_bytes)?
         } else {
             Vec::new()
         };
-        Ok(Model {
-            embed: w.tensor("model.embed_tokens.weight", &[c.vocab, h])?,
-            audio_proj,
-            layers,
-            final_norm: w.tensor("model.norm.weight", &[h])?,
-            lm_head: w.tensor("lm_head.weight", &[c.vocab, h])?,
-            rope: Rope::new(hd, c.rope_theta),
-            hash: model_hash(&c, w),
-            config: c,
-        })
+        Ok(Model { stack, audio_proj, rope: Rope::new(hd, c.rope_theta), hash, config: c })
     }
 }

@@ -1,11 +1,11 @@
-//! The state of one Inkling slot: per-layer k/v caches (rings on sliding layers, full on global ones), the
-//! short-convolution windows, the prefix record, and the logits after the last fed position.
+//! The layers of one Inkling slot: per-layer k/v caches (rings on sliding layers, full on global ones) and the
+//! short-convolution windows.
 
+use super::model::Config;
 use crate::cache::{FullCache, RingCache, RowMeta, Rows};
-use crate::config::ModelConfig;
 use crate::dump::{CacheKind, DumpTensor};
+use crate::engine_loop::Layers;
 use crate::fault::Fault;
-use crate::prefix::PrefixRecord;
 
 /// k and v of one layer.
 #[derive(Debug, Clone)]
@@ -56,23 +56,18 @@ impl ConvWindow {
     }
 }
 
+/// The layers of one Inkling slot.
 #[derive(Debug, Clone)]
-pub struct SlotState {
+pub struct State {
+    /// Per layer: a ring of `window` rows on sliding layers, a full cache of `capacity` rows on global ones;
+    /// `kv_heads * head_dim` wide.
     pub kv: Vec<LayerKv>,
+    /// Per layer: the short convolution's window, `conv_kernel - 1` rows of `kv_heads * head_dim`.
     pub conv: Vec<ConvWindow>,
-    pub record: PrefixRecord,
-    /// Positions the state covers.
-    pub len: usize,
-    pub capacity: usize,
-    /// Logits after the last fed position (what a stale sample would read).
-    pub last_logits: Vec<f32>,
-    /// Prompt and generated counts of the last request (what `counter-reuse` derives reuse from).
-    pub last_prompt: usize,
-    pub last_generated: usize,
 }
 
-impl SlotState {
-    pub fn new(c: &ModelConfig, fault: Option<Fault>) -> Self {
+impl State {
+    pub fn new(c: &Config) -> Self {
         let kvd = c.kv_heads * c.head_dim;
         let capacity = c.initial_capacity;
         let kv = (0..c.layers)
@@ -87,20 +82,12 @@ impl SlotState {
             .collect();
         let taps = c.conv_kernel.saturating_sub(1);
         let conv = (0..c.layers).map(|_| ConvWindow { k: Rows::new(taps, kvd), v: Rows::new(taps, kvd) }).collect();
-        SlotState {
-            kv,
-            conv,
-            record: PrefixRecord::with_capacity(capacity).with_fault(fault),
-            len: 0,
-            capacity,
-            last_logits: vec![0.0; c.vocab],
-            last_prompt: 0,
-            last_generated: 0,
-        }
+        State { kv, conv }
     }
+}
 
-    /// Forget every row: the state is rebuilt from position 0.
-    pub fn reset(&mut self) {
+impl Layers for State {
+    fn reset(&mut self) {
         for kv in &mut self.kv {
             match kv {
                 LayerKv::Ring { k, v } => {
@@ -119,13 +106,11 @@ impl SlotState {
             c.k.data.iter_mut().for_each(|x| *x = 0.0);
             c.v.data.iter_mut().for_each(|x| *x = 0.0);
         }
-        self.record.clear();
-        self.len = 0;
     }
 
-    /// Grow capacity to `capacity`: global layers are copied linearly, rings kept wholesale, the record kept.
-    pub fn grow(&mut self, capacity: usize, fault: Option<Fault>) {
-        let keep = self.len;
+    /// Global layers are copied linearly, rings kept wholesale (`ring-linear-copy`: a wrapped ring is copied
+    /// linearly, rotating it).
+    fn grow(&mut self, capacity: usize, keep: usize, fault: Option<Fault>) {
         for kv in &mut self.kv {
             match kv {
                 LayerKv::Full { k, v } => {
@@ -140,15 +125,9 @@ impl SlotState {
                 }
             }
         }
-        self.capacity = capacity;
-        if fault == Some(Fault::DropGrowRecord) {
-            self.record.alloc(capacity);
-        } else if !self.record.grow(capacity, keep) {
-            self.len = 0;
-        }
     }
 
-    pub fn bytes(&self) -> usize {
+    fn bytes(&self) -> usize {
         let kv: usize = self
             .kv
             .iter()
@@ -158,10 +137,10 @@ impl SlotState {
             })
             .sum();
         let conv: usize = self.conv.iter().map(|c| c.k.bytes() + c.v.bytes()).sum();
-        kv + conv + self.record.capacity() * 4 + self.last_logits.len() * 4
+        kv + conv
     }
 
-    pub fn dump_tensors(&self) -> Vec<DumpTensor> {
+    fn dump(&self) -> Vec<DumpTensor> {
         let mut out = Vec::new();
         for (l, kv) in self.kv.iter().enumerate() {
             match kv {

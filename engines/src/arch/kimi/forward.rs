@@ -7,9 +7,8 @@
 use rayon::prelude::*;
 
 use super::model::{Kda, Mixer, Mla, Model};
-use super::state::{KdaState, LayerState, SlotState};
+use super::state::{KdaState, LayerState, State};
 use crate::arch::moe_sublayer::add_moe_sublayer;
-use crate::arch::output_head::last_row_logits;
 use crate::arch::short_conv::short_conv;
 use crate::cache::{FullCache, RowMeta, Rows};
 use crate::dump::Writer;
@@ -57,19 +56,16 @@ fn keep_window(window: &mut Rows, raw: &[f32], pos0: usize, meta: RowMeta) {
 
 impl Model {
     /// Feed `b` into `st`, writing every row with `b.writer`; returns the logits of the last row.
-    pub fn forward(&self, st: &mut SlotState, b: &Batch) -> Vec<f32> {
+    pub fn forward(&self, st: &mut State, b: &Batch) -> Vec<f32> {
         let c = &self.config;
         let h = c.hidden;
         let s = b.ids.len();
         let meta = RowMeta { pos: 0, writer: Some(b.writer) };
-        let mut x = Vec::with_capacity(s * h);
-        for &id in b.ids {
-            x.extend_from_slice(&self.embed[id as usize * h..(id as usize + 1) * h]);
-        }
-        for (layer, ls) in self.layers.iter().zip(st.layers.iter_mut()) {
+        let mut x = self.stack.embed_rows(b.ids, h);
+        for (layer, ls) in self.stack.layers.iter().zip(st.layers.iter_mut()) {
             let mut xn = x.clone();
             rms_norm(&mut xn, &layer.attn_norm, c.norm_eps);
-            let o = match (&layer.mixer, ls) {
+            let o = match (&layer.attn, ls) {
                 (Mixer::Kda(w), LayerState::Kda(state)) => self.kda(w, state, &xn, b.pos0, meta),
                 (Mixer::Mla(w), LayerState::Mla(latent)) => self.mla(w, latent, &xn, b.pos0, meta),
                 // the state is built from the model's layers: the kinds always pair up
@@ -78,7 +74,7 @@ impl Model {
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
             add_moe_sublayer(&mut x, &layer.ffn_norm, c.norm_eps, &layer.moe, Reduction::Invariant, s);
         }
-        last_row_logits(&x, s, c, &self.final_norm, &self.lm_head)
+        self.stack.logits(&x, s, c)
     }
 
     /// Gated delta-rule linear attention over the batch; returns the layer output (`s × hidden`).

@@ -1,14 +1,59 @@
-//! Kimi's weights (modelled on kimi_k3.c): most layers are KDA — gated delta-rule linear attention with a
-//! per-channel decay, a matrix state per head and short convolutions on q/k/v — and every `mla_every`-th layer and
-//! the last are gated MLA without rope (NoPE), caching one latent row per position. MoE FFN everywhere.
+//! Kimi's config and weights (modelled on kimi_k3.c): most layers are KDA — gated delta-rule linear attention with
+//! a per-channel decay, a matrix state per head and short convolutions on q/k/v — and every `mla_every`-th layer
+//! and the last are gated MLA without rope (NoPE), caching one latent row per position. MoE FFN everywhere.
 
-use crate::arch::checkpoint_layout::{layer_name, moe_specs, LayerExperts};
-use crate::arch::model_hash::model_hash;
-use crate::config::ModelConfig;
-use crate::error::{EngineError, Result};
-use crate::fixture::{Init, TensorSpec};
-use crate::moe::Moe;
-use crate::weights::Weights;
+use serde::{Deserialize, Serialize};
+
+use crate::arch::checkpoint_layout::Stack;
+use crate::config::{ArchConfig, BaseConfig, HashLayout, Preset};
+use crate::error::Result;
+use crate::fixture::Init;
+use crate::tensors::{within, Source};
+
+/// Kimi's config: the shared base plus its options.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Config {
+    #[serde(flatten)]
+    pub base: BaseConfig,
+    /// Short-convolution width on the KDA layers' q/k/v.
+    pub conv_kernel: usize,
+    /// Width of the latent row an MLA layer caches per position.
+    pub kv_lora: usize,
+    /// Every `mla_every`-th layer (1-based) and the last are gated MLA; the rest are KDA (0: only the last).
+    #[serde(default)]
+    pub mla_every: usize,
+}
+
+crate::derefs_to_base!(Config);
+
+impl ArchConfig for Config {
+    /// KDA + MLA (NoPE) with a latent of half the hidden width, MLA every 4th layer; MLA has no kv heads.
+    fn preset(p: Preset) -> Self {
+        let base = BaseConfig::preset("kimi", p);
+        let base = BaseConfig { kv_heads: base.heads, ..base };
+        Config { conv_kernel: 4, kv_lora: base.hidden / 2, mla_every: 4, base }
+    }
+
+    fn validate(&self) -> std::result::Result<(), String> {
+        self.base.validate()?;
+        if self.kv_lora == 0 {
+            return Err("kimi needs a latent width `kv_lora` > 0".into());
+        }
+        if self.conv_kernel == 0 {
+            return Err("kimi's KDA layers need a short convolution: `conv_kernel` > 0".into());
+        }
+        Ok(())
+    }
+
+    fn hash_layout(&self) -> HashLayout {
+        HashLayout {
+            conv_kernel: self.conv_kernel,
+            kv_lora: self.kv_lora,
+            mla_every: self.mla_every,
+            ..HashLayout::of(&self.base)
+        }
+    }
+}
 
 /// Kimi Delta Attention: `S ← (I − β k kᵀ) Diag(α) S + β k vᵀ`, `o = Sᵀ q`, per head.
 #[derive(Debug, Clone)]
@@ -55,86 +100,18 @@ pub enum Mixer {
     Mla(Mla),
 }
 
-#[derive(Debug, Clone)]
-pub struct Layer {
-    pub attn_norm: Vec<f32>,
-    pub mixer: Mixer,
-    pub ffn_norm: Vec<f32>,
-    pub moe: Moe,
-}
-
-/// The whole model; shared (`Arc`) by warm and cold instances.
+/// The whole model; shared (`Arc`) by warm and cold instances. A block's `attn` is its mixer.
 #[derive(Debug, Clone)]
 pub struct Model {
-    pub config: ModelConfig,
-    pub embed: Vec<f32>,
-    pub layers: Vec<Layer>,
-    pub final_norm: Vec<f32>,
-    pub lm_head: Vec<f32>,
+    pub config: Config,
+    pub stack: Stack<Mixer>,
     /// Short hash of config + weights.
     pub hash: String,
 }
 
 /// Whether layer `l` is a gated MLA layer (every `mla_every`-th, 1-based, and the last); the rest are KDA.
-pub fn is_mla(c: &ModelConfig, l: usize) -> bool {
+pub fn is_mla(c: &Config, l: usize) -> bool {
     l + 1 == c.layers || (c.mla_every > 0 && (l + 1).is_multiple_of(c.mla_every))
-}
-
-/// The checkpoint's tensors, in the order a fixture writes them.
-pub fn tensor_specs(c: &ModelConfig) -> Vec<TensorSpec> {
-    let (h, hd) = (c.hidden, c.head_dim);
-    let qd = c.heads * hd;
-    let mut s = vec![TensorSpec::new("model.embed_tokens.weight", &[c.vocab, h], Init::Uniform(1.0))];
-    for i in 0..c.layers {
-        s.push(TensorSpec::new(layer_name(i, "input_layernorm.weight"), &[h], Init::Ones));
-        let a = |rest: &str| layer_name(i, &format!("self_attn.{rest}"));
-        if is_mla(c, i) {
-            s.push(TensorSpec::linear(a("q_proj.weight"), qd, h));
-            s.push(TensorSpec::linear(a("kv_a_proj.weight"), c.kv_lora, h));
-            s.push(TensorSpec::new(a("kv_a_norm.weight"), &[c.kv_lora], Init::Ones));
-            s.push(TensorSpec::linear(a("k_up_proj.weight"), qd, c.kv_lora));
-            s.push(TensorSpec::linear(a("v_up_proj.weight"), qd, c.kv_lora));
-            s.push(TensorSpec::linear(a("g_proj.weight"), qd, h));
-            s.push(TensorSpec::linear(a("o_proj.weight"), h, qd));
-        } else {
-            let conv = Init::Uniform((3.0 / c.conv_kernel.max(1) as f32).sqrt());
-            for p in ["q", "k", "v"] {
-                s.push(TensorSpec::linear(a(&format!("{p}_proj.weight")), qd, h));
-            }
-            for p in ["q", "k", "v"] {
-                s.push(TensorSpec::new(a(&format!("{p}_conv.weight")), &[c.conv_kernel, qd], conv));
-            }
-            s.push(TensorSpec::linear(a("f_proj.weight"), qd, h));
-            s.push(TensorSpec::new(a("a_log"), &[c.heads], Init::Uniform(1.0)));
-            s.push(TensorSpec::linear(a("b_proj.weight"), c.heads, h));
-            s.push(TensorSpec::linear(a("g_proj.weight"), qd, h));
-            s.push(TensorSpec::new(a("o_norm.weight"), &[hd], Init::Ones));
-            s.push(TensorSpec::linear(a("o_proj.weight"), h, qd));
-        }
-        s.push(TensorSpec::new(layer_name(i, "post_attention_layernorm.weight"), &[h], Init::Ones));
-        moe_specs(c, i, &mut s);
-    }
-    s.push(TensorSpec::new("model.norm.weight", &[h], Init::Ones));
-    s.push(TensorSpec::linear("lm_head.weight", c.vocab, h));
-    s
-}
-
-/// Shape checks of the fields only this arch reads.
-fn validate(c: &ModelConfig) -> std::result::Result<(), String> {
-    c.validate()?;
-    if c.kv_lora == 0 {
-        return Err("kimi needs a latent width `kv_lora` > 0".into());
-    }
-    if c.qk_rope != 0 {
-        return Err("kimi's MLA layers are NoPE: `qk_rope` must be 0".into());
-    }
-    if c.conv_kernel == 0 {
-        return Err("kimi's KDA layers need a short convolution: `conv_kernel` > 0".into());
-    }
-    if c.audio_frame_bytes != 0 {
-        return Err("kimi takes no audio: `audio_frame_bytes` must be 0".into());
-    }
-    Ok(())
 }
 
 /// `[rows, cols]` → `[cols, rows]`.
@@ -149,59 +126,51 @@ fn transpose(m: &[f32], rows: usize, cols: usize) -> Vec<f32> {
 }
 
 impl Model {
-    pub fn load(c: ModelConfig, w: &Weights) -> Result<Model> {
-        validate(&c).map_err(|message| EngineError::Config { path: w.path().into(), message })?;
+    /// The model from `src`, every tensor named once, in checkpoint order.
+    pub fn build(c: Config, src: &mut dyn Source, hash: String) -> Result<Model> {
         let (h, hd) = (c.hidden, c.head_dim);
         let qd = c.heads * hd;
-        let mut layers = Vec::with_capacity(c.layers);
-        for i in 0..c.layers {
-            let t = |rest: &str, shape: &[usize]| w.tensor(&layer_name(i, rest), shape);
-            let a = |rest: &str, shape: &[usize]| t(&format!("self_attn.{rest}"), shape);
-            let mixer = if is_mla(&c, i) {
-                let k_up = a("k_up_proj.weight", &[qd, c.kv_lora])?;
-                let v_up = a("v_up_proj.weight", &[qd, c.kv_lora])?;
+        let stack = Stack::build(src, &c, |t, i| {
+            let a = &mut within(t, "self_attn.");
+            Ok(if is_mla(&c, i) {
+                let wq = a.linear("q_proj.weight", qd, h)?;
+                let w_dkv = a.linear("kv_a_proj.weight", c.kv_lora, h)?;
+                let kv_norm = a.norm("kv_a_norm.weight", c.kv_lora)?;
+                let k_up = a.linear("k_up_proj.weight", qd, c.kv_lora)?;
+                let v_up = a.linear("v_up_proj.weight", qd, c.kv_lora)?;
                 let per_head = hd * c.kv_lora;
                 Mixer::Mla(Mla {
-                    wq: a("q_proj.weight", &[qd, h])?,
-                    w_dkv: a("kv_a_proj.weight", &[c.kv_lora, h])?,
-                    kv_norm: a("kv_a_norm.weight", &[c.kv_lora])?,
+                    wq,
+                    w_dkv,
+                    kv_norm,
                     k_up_t: k_up.chunks_exact(per_head).map(|m| transpose(m, hd, c.kv_lora)).collect(),
                     v_up: v_up.chunks_exact(per_head).map(<[f32]>::to_vec).collect(),
-                    wg: a("g_proj.weight", &[qd, h])?,
-                    wo: a("o_proj.weight", &[h, qd])?,
+                    wg: a.linear("g_proj.weight", qd, h)?,
+                    wo: a.linear("o_proj.weight", h, qd)?,
                 })
             } else {
-                let conv = |p: &str| a(&format!("{p}_conv.weight"), &[c.conv_kernel, qd]);
+                let conv = Init::Uniform((3.0 / c.conv_kernel.max(1) as f32).sqrt());
+                let (wq, wk, wv) = (
+                    a.linear("q_proj.weight", qd, h)?,
+                    a.linear("k_proj.weight", qd, h)?,
+                    a.linear("v_proj.weight", qd, h)?,
+                );
                 Mixer::Kda(Kda {
-                    wq: a("q_proj.weight", &[qd, h])?,
-                    wk: a("k_proj.weight", &[qd, h])?,
-                    wv: a("v_proj.weight", &[qd, h])?,
-                    conv_q: conv("q")?,
-                    conv_k: conv("k")?,
-                    conv_v: conv("v")?,
-                    wf: a("f_proj.weight", &[qd, h])?,
-                    a_log: a("a_log", &[c.heads])?,
-                    wb: a("b_proj.weight", &[c.heads, h])?,
-                    wg: a("g_proj.weight", &[qd, h])?,
-                    o_norm: a("o_norm.weight", &[hd])?,
-                    wo: a("o_proj.weight", &[h, qd])?,
+                    wq,
+                    wk,
+                    wv,
+                    conv_q: a.take("q_conv.weight", &[c.conv_kernel, qd], conv)?,
+                    conv_k: a.take("k_conv.weight", &[c.conv_kernel, qd], conv)?,
+                    conv_v: a.take("v_conv.weight", &[c.conv_kernel, qd], conv)?,
+                    wf: a.linear("f_proj.weight", qd, h)?,
+                    a_log: a.take("a_log", &[c.heads], Init::Uniform(1.0))?,
+                    wb: a.linear("b_proj.weight", c.heads, h)?,
+                    wg: a.linear("g_proj.weight", qd, h)?,
+                    o_norm: a.norm("o_norm.weight", hd)?,
+                    wo: a.linear("o_proj.weight", h, qd)?,
                 })
-            };
-            let experts = LayerExperts::load(w, &c, i)?;
-            layers.push(Layer {
-                attn_norm: t("input_layernorm.weight", &[h])?,
-                mixer,
-                ffn_norm: t("post_attention_layernorm.weight", &[h])?,
-                moe: experts.with_router(w, &c)?,
-            });
-        }
-        Ok(Model {
-            embed: w.tensor("model.embed_tokens.weight", &[c.vocab, h])?,
-            layers,
-            final_norm: w.tensor("model.norm.weight", &[h])?,
-            lm_head: w.tensor("lm_head.weight", &[c.vocab, h])?,
-            hash: model_hash(&c, w),
-            config: c,
-        })
+            })
+        })?;
+        Ok(Model { stack, hash, config: c })
     }
 }

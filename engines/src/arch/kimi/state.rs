@@ -1,15 +1,15 @@
-//! The state of one Kimi slot: per KDA layer a matrix state per head (f32) and the short-convolution windows of
-//! q/k/v, per MLA layer the latent rows; the prefix record, and the logits after the last fed position.
+//! The layers of one Kimi slot: per KDA layer a matrix state per head (f32) and the short-convolution windows of
+//! q/k/v, per MLA layer the latent rows.
 //!
 //! Buffers live as long as the slot: a new request resets them in place and capacity growth re-allocates only the
 //! position-addressed latent rows. So the bytes the state holds follow the context length, never the turn count.
 
+use super::model::Config;
 use super::model::{Mixer, Model};
 use crate::cache::{FullCache, RowMeta, Rows};
-use crate::config::ModelConfig;
 use crate::dump::{CacheKind, DumpTensor};
+use crate::engine_loop::Layers;
 use crate::fault::Fault;
-use crate::prefix::PrefixRecord;
 
 /// A KDA layer's recurrent state.
 #[derive(Debug, Clone)]
@@ -25,7 +25,7 @@ pub struct KdaState {
 }
 
 impl KdaState {
-    fn new(c: &ModelConfig) -> Self {
+    fn new(c: &Config) -> Self {
         let qd = c.heads * c.head_dim;
         let taps = c.conv_kernel.saturating_sub(1);
         KdaState {
@@ -68,54 +68,27 @@ impl LayerState {
     }
 }
 
+/// The layers of one Kimi slot.
 #[derive(Debug, Clone)]
-pub struct SlotState {
+pub struct State {
     pub layers: Vec<LayerState>,
-    pub record: PrefixRecord,
-    /// Positions the state covers.
-    pub len: usize,
-    pub capacity: usize,
-    /// Logits after the last fed position.
-    pub last_logits: Vec<f32>,
     /// Buffers the `kv-leak` fault re-allocated away from and never freed (always empty otherwise).
     pub leaked: Vec<Vec<LayerState>>,
 }
 
-impl SlotState {
-    pub fn new(model: &Model, fault: Option<Fault>) -> Self {
+impl State {
+    pub fn new(model: &Model) -> Self {
         let c = &model.config;
-        let capacity = c.initial_capacity;
         let layers = model
+            .stack
             .layers
             .iter()
-            .map(|l| match l.mixer {
+            .map(|l| match l.attn {
                 Mixer::Kda(_) => LayerState::Kda(KdaState::new(c)),
-                Mixer::Mla(_) => LayerState::Mla(FullCache::new(capacity, c.kv_lora)),
+                Mixer::Mla(_) => LayerState::Mla(FullCache::new(c.initial_capacity, c.kv_lora)),
             })
             .collect();
-        SlotState {
-            layers,
-            record: PrefixRecord::with_capacity(capacity).with_fault(fault),
-            len: 0,
-            capacity,
-            last_logits: vec![0.0; c.vocab],
-            leaked: Vec::new(),
-        }
-    }
-
-    /// Forget everything, in place: the state is rebuilt from position 0 in the same buffers.
-    pub fn reset(&mut self) {
-        for l in &mut self.layers {
-            match l {
-                LayerState::Kda(k) => k.reset(),
-                LayerState::Mla(latent) => {
-                    latent.rows.forget();
-                    latent.rows.data.iter_mut().for_each(|x| *x = 0.0);
-                }
-            }
-        }
-        self.record.clear();
-        self.len = 0;
+        State { layers, leaked: Vec::new() }
     }
 
     /// Cut the latent rows back to positions `0..len` (what LCP truncation does right for position-addressed rows;
@@ -128,31 +101,41 @@ impl SlotState {
                 }
             }
         }
-        self.len = len;
     }
+}
 
-    /// Grow capacity: latent rows are copied (position t stays at row t), recurrent states and conv windows do not
-    /// depend on capacity, the record is kept.
-    pub fn grow(&mut self, capacity: usize) {
+impl Layers for State {
+    /// Forget everything, in place: the state is rebuilt from position 0 in the same buffers.
+    fn reset(&mut self) {
         for l in &mut self.layers {
-            if let LayerState::Mla(latent) = l {
-                latent.grow(capacity, self.len);
+            match l {
+                LayerState::Kda(k) => k.reset(),
+                LayerState::Mla(latent) => {
+                    latent.rows.forget();
+                    latent.rows.data.iter_mut().for_each(|x| *x = 0.0);
+                }
             }
         }
-        self.capacity = capacity;
-        if !self.record.grow(capacity, self.len) {
-            self.len = 0;
+    }
+
+    /// Latent rows are copied (position t stays at row t); recurrent states and conv windows do not depend on
+    /// capacity.
+    fn grow(&mut self, capacity: usize, keep: usize, _: Option<Fault>) {
+        for l in &mut self.layers {
+            if let LayerState::Mla(latent) = l {
+                latent.grow(capacity, keep);
+            }
         }
     }
 
     /// Every byte the slot holds, leaked buffers included.
-    pub fn bytes(&self) -> usize {
+    fn bytes(&self) -> usize {
         let live: usize = self.layers.iter().map(LayerState::bytes).sum();
         let leaked: usize = self.leaked.iter().flatten().map(LayerState::bytes).sum();
-        live + leaked + self.record.capacity() * 4 + self.last_logits.len() * 4
+        live + leaked
     }
 
-    pub fn dump_tensors(&self) -> Vec<DumpTensor> {
+    fn dump(&self) -> Vec<DumpTensor> {
         let mut out = Vec::new();
         for (i, l) in self.layers.iter().enumerate() {
             match l {
