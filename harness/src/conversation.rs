@@ -48,6 +48,9 @@ pub enum PromptSpec {
     Prefix { len: usize },
     /// What the last completed request fed, then a tail.
     Extend { tail: Tail },
+    /// A user message as text, for the engine to render with its own template (`text_conversation`); `system`
+    /// opens the conversation when this is its first turn.
+    Say { text: String, system: Option<String> },
 }
 
 /// A prompt ready to send.
@@ -186,6 +189,9 @@ impl Conversation {
                 prompt.truncate((*len).max(1));
                 let audio = self.audio_for(&prompt);
                 Prepared { prompt, audio }
+            }
+            PromptSpec::Say { .. } => {
+                return Err("a text turn belongs to a text conversation, not to one built from ids".into())
             }
             PromptSpec::Extend { tail } => {
                 let l = self.last()?;

@@ -28,6 +28,7 @@ pub mod runner;
 pub mod scenario;
 pub mod session;
 pub mod stats;
+pub mod text_conversation;
 
 /// Exit codes of the `kvproof` binary.
 pub mod exit {

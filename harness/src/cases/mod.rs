@@ -16,6 +16,7 @@ use kvproof_engines::engine::EngineInfo;
 
 use crate::conversation::PromptSpec;
 use crate::driver::Caps;
+use crate::scenario::corpus::Corpus;
 use crate::scenario::{Params, Scenario};
 
 /// One turn of a plan.
@@ -140,9 +141,15 @@ pub struct Skipped {
 pub fn plans(scenario: &Scenario, info: &EngineInfo, caps: &Caps) -> (Vec<Plan>, Vec<Skipped>) {
     match &scenario.params {
         Params::BoundaryMatrix(p) => boundary_matrix::plans(p, scenario.seed, info, caps),
-        Params::StressPairs(p) => (stress_pairs::plans(p, scenario.seed, info, caps), Vec::new()),
+        Params::StressPairs(p) => match scenario.corpus.as_deref().map(|c| &c.corpus) {
+            Some(Corpus::Chats(chats)) => (stress_pairs::plans_from_chats(p, scenario.seed, chats), Vec::new()),
+            _ => (stress_pairs::plans(p, scenario.seed, info, caps), Vec::new()),
+        },
         Params::GrowthCurve(p) => growth_curve::plans(p, scenario.seed, info),
-        Params::SemanticStaleness(p) => semantic_staleness::plans(p, scenario.seed, info),
+        Params::SemanticStaleness(p) => match scenario.corpus.as_deref().map(|c| &c.corpus) {
+            Some(Corpus::Stale(cases)) => semantic_staleness::plans_from_text(p, scenario.seed, info, cases),
+            _ => semantic_staleness::plans(p, scenario.seed, info),
+        },
     }
 }
 

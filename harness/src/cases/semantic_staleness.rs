@@ -17,6 +17,7 @@ use strum::IntoEnumIterator;
 
 use super::{plan_seed, Plan, Skipped, StaleProbe, Step};
 use crate::conversation::{random_text, PromptSpec};
+use crate::scenario::corpus::CorpusStale;
 use crate::scenario::params::{ContextName, StalenessParams, MAX_CASES};
 
 /// One case: the texts of a stale context and of the current prompt.
@@ -145,6 +146,68 @@ pub fn plan_of(c: StaleCase, p: &StalenessParams) -> Plan {
         steps,
         stale: Some(StaleProbe { context: c.context, step: stale_step }),
     }
+}
+
+/// Staleness on text: each context's cases drawn from the corpus in turn (seeded order), the opening, the stale
+/// context's message(s) and the current question sent as text for the engine's own template. A case whose
+/// entry has one stale message serves `other-conversation` with the opening as its first.
+pub fn plans_from_text(
+    p: &StalenessParams,
+    seed: u64,
+    info: &EngineInfo,
+    entries: &[CorpusStale],
+) -> (Vec<Plan>, Vec<Skipped>) {
+    let wanted: Vec<ContextName> = p.contexts.clone().unwrap_or_else(|| ContextName::iter().collect());
+    let mut plans = Vec::new();
+    let mut skipped = Vec::new();
+    for (ci, c) in ContextName::iter().enumerate() {
+        if !wanted.contains(&c) {
+            continue;
+        }
+        if let Some(reason) = unsupported(c, p, info) {
+            skipped.push(Skipped { name: c.name().into(), reason });
+            continue;
+        }
+        let mut rng = SplitMix64::new(plan_seed(seed, ci as u64) ^ 0x7E47);
+        let start = rng.below(entries.len() as u64) as usize;
+        for i in 0..p.cases {
+            let e = &entries[(start + i) % entries.len()];
+            let say = |text: &str| PromptSpec::Say { text: text.to_string(), system: e.system.clone() };
+            let m = p.max_tokens;
+            let mut steps = vec![Step::setup("setup 1", say(&e.opening), m)];
+            let first_stale = &e.stale[0];
+            match c {
+                ContextName::PreviousTurn => {
+                    steps.push(Step::setup("setup 2 (stale context)", say(first_stale), m).forked(1, 0));
+                }
+                ContextName::OtherConversation => {
+                    let (a, b) = match e.stale.as_slice() {
+                        [a, b, ..] => (a.as_str(), b.as_str()),
+                        _ => (e.opening.as_str(), first_stale.as_str()),
+                    };
+                    steps.push(Step::setup("setup 2", say(a), m).forked(1, 0));
+                    steps.push(Step::setup("setup 3 (stale context)", say(b), m).in_thread(1));
+                }
+                ContextName::OtherSlot => {
+                    let other = p.other_slot;
+                    steps.push(Step::setup("setup 2 (other slot)", say(&e.opening), m).in_thread(1).on_slot(other));
+                    let x = Step::setup("setup 3 (stale context, other slot)", say(first_stale), m);
+                    steps.push(x.in_thread(1).on_slot(other));
+                }
+            }
+            let stale_step = steps.len() - 1;
+            steps.push(Step::compared("current", say(&e.current), m));
+            let steps = steps.into_iter().map(Step::fixed_length).collect();
+            plans.push(Plan {
+                name: format!("{}-{i:04}-{}", c.name(), e.id),
+                seed: plan_seed(seed, (ci * MAX_CASES + i) as u64),
+                slot: p.slot,
+                steps,
+                stale: Some(StaleProbe { context: c, step: stale_step }),
+            });
+        }
+    }
+    (plans, skipped)
 }
 
 /// The cases as plans, and the contexts skipped with their reason.

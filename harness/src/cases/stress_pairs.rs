@@ -8,6 +8,7 @@ use kvproof_engines::rng::SplitMix64;
 use super::{plan_seed, Plan, Step};
 use crate::conversation::{random_text, PromptSpec};
 use crate::driver::Caps;
+use crate::scenario::corpus::CorpusChat;
 use crate::scenario::StressParams;
 
 /// Ids a turn adds besides its user text and reply: role markers and end-of-turn ids.
@@ -64,6 +65,53 @@ pub fn plans(p: &StressParams, seed: u64, info: &EngineInfo, caps: &Caps) -> Vec
     plans
 }
 
+/// Stress pairs on chat text: the corpus's conversations as written first, then conversations mixed from its
+/// messages (seeded) until the pair count is reached, every turn sent as text for the engine's own template.
+pub fn plans_from_chats(p: &StressParams, seed: u64, chats: &[CorpusChat]) -> Vec<Plan> {
+    let pool: Vec<&str> = chats.iter().flat_map(|c| c.turns.iter().map(String::as_str)).collect();
+    let mut plans = Vec::new();
+    let mut left = p.pairs;
+    let mut index = 0u64;
+    while left > 0 {
+        let seed = plan_seed(seed, index);
+        let mut rng = SplitMix64::new(seed ^ 0x7E47);
+        let (name, system, texts): (String, Option<String>, Vec<&str>) = match chats.get(index as usize) {
+            Some(c) if c.turns.len() >= 2 => {
+                (c.id.clone(), c.system.clone(), c.turns.iter().map(String::as_str).collect())
+            }
+            Some(_) => {
+                index += 1;
+                continue;
+            }
+            None => {
+                let span = (p.turns[1] - p.turns[0] + 1) as u64;
+                let n = p.turns[0] + rng.below(span) as usize;
+                let texts = (0..n).map(|_| pool[rng.below(pool.len() as u64) as usize]).collect();
+                let system = chats[rng.below(chats.len() as u64) as usize].system.clone();
+                (format!("mix-{index:04}"), system, texts)
+            }
+        };
+        let turns = texts.len().min(p.turns[1]).min(left + 1);
+        let steps = texts[..turns]
+            .iter()
+            .enumerate()
+            .map(|(t, text)| {
+                let prompt = PromptSpec::Say { text: text.to_string(), system: system.clone() };
+                let label = format!("turn {}", t + 1);
+                if t == 0 {
+                    Step::setup(label, prompt, p.max_tokens)
+                } else {
+                    Step::compared(label, prompt, p.max_tokens)
+                }
+            })
+            .collect();
+        plans.push(Plan { name, seed, slot: p.slot, steps, stale: None });
+        left -= turns - 1;
+        index += 1;
+    }
+    plans
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::boundary_matrix::tests::{caps, tiny_info};
@@ -95,5 +143,26 @@ mod tests {
         assert!(5 * (hi / 2 + TURN_OVERHEAD) > info.initial_capacity, "hi = {hi}");
         // the longest conversation still fits the context
         assert!(p.turns[1] * (hi + p.max_tokens + TURN_OVERHEAD) + 16 < info.max_ctx);
+    }
+
+    #[test]
+    fn chat_text_plans_use_the_corpus_then_mix_its_messages() {
+        let chats = vec![
+            CorpusChat {
+                id: "a".into(),
+                system: Some("be kind".into()),
+                turns: vec!["hi".into(), "how?".into(), "ok".into()],
+            },
+            CorpusChat { id: "b".into(), system: None, turns: vec!["one".into()] },
+        ];
+        let p = StressParams { pairs: 12, ..StressParams::default() };
+        let plans = plans_from_chats(&p, 3, &chats);
+        assert_eq!(plans.iter().map(Plan::compared).sum::<usize>(), 12);
+        assert_eq!(plans[0].name, "a");
+        assert!(
+            matches!(&plans[0].steps[0].prompt, PromptSpec::Say { text, system } if text == "hi" && system.as_deref() == Some("be kind"))
+        );
+        assert!(plans[1].name.starts_with("mix-"), "a one-turn chat has nothing to compare");
+        assert_eq!(plans, plans_from_chats(&p, 3, &chats), "seeded");
     }
 }

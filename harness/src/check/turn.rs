@@ -9,6 +9,7 @@ use kvproof_engines::state_diff::{self, Incomparable, StateDiff};
 use super::memory::Footprint;
 use super::{reuse, state, tokens};
 use crate::driver::{DriverError, Generation};
+use crate::id_diff::IdDiff;
 use crate::oracle::Rule;
 use crate::record::{CheckName, CheckResult, Divergence};
 
@@ -70,6 +71,9 @@ pub struct Assessed {
 /// Every check of one compared turn (no instance died: the caller checked that first).
 pub fn assess(cx: &TurnContext<'_>, warm: Observed<'_>, cold: Observed<'_>, control: Option<Observed<'_>>) -> Assessed {
     let mut checks = vec![outcome(cx.expect_refusal, warm.result, cold.result)];
+    if let Some(problem) = rendered_alike(warm.result, cold.result) {
+        checks[0] = CheckResult::fail(CheckName::Outcome, problem);
+    }
     let refused = match (warm.result, cold.result, cx.expect_refusal) {
         (Err(w), Err(c), Some(exp)) if w.code() == exp && c.code() == exp => Some(exp.to_string()),
         _ => None,
@@ -188,6 +192,19 @@ fn state_checks(
         checks.push(state::coverage_check(&dumped));
     }
     (checks, diff)
+}
+
+/// A conversation sent as text must render to the same ids on every instance; when it does not, where they part.
+fn rendered_alike(warm: &Result<Generation, DriverError>, cold: &Result<Generation, DriverError>) -> Option<String> {
+    let (Ok(w), Ok(c)) = (warm, cold) else { return None };
+    let (Some(wp), Some(cp)) = (&w.prompt_ids, &c.prompt_ids) else { return None };
+    let at = IdDiff::new(wp, cp).first_difference()?;
+    Some(format!(
+        "warm and cold rendered the same text to different prompt ids ({} vs {}, parting at position {at}): the \
+         engine's template or tokenizer is not deterministic",
+        wp.len(),
+        cp.len()
+    ))
 }
 
 /// Both replied, or both refused alike (and as the turn expects).

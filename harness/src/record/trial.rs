@@ -50,6 +50,10 @@ pub struct TrialRecord {
     pub divergence: Option<Divergence>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<StateSummary>,
+    /// A text turn whose rendered prompt does not begin with what its conversation fed last turn: why (the
+    /// template or the reply's re-tokenization is not prefix-stable — a real cause of lost reuse).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_note: Option<String>,
     /// The protocol error code both instances refused the turn with, as the case expected (checks that need a
     /// reply could not run on it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -95,6 +99,7 @@ impl TrialRecord {
             checks: Vec::new(),
             divergence: None,
             state: None,
+            prefix_note: None,
             refused: None,
             error: None,
             stderr_tail: None,

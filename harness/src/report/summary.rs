@@ -123,6 +123,24 @@ pub fn render(summary: &Summary, trials: &[TrialRecord]) -> String {
         }
     }
 
+    let unstable: Vec<&TrialRecord> = trials.iter().filter(|t| t.prefix_note.is_some()).collect();
+    if !unstable.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n## Transcripts that did not re-render as fed ({})\n\nA conversation sent as text is re-rendered every turn; \
+             where the new prompt does not begin with what the last turn fed (the template, or the reply's text \
+             re-tokenized to other ids), no engine can reuse past that point. Reuse lost this way is the \
+             template's, not a reuse bug.\n",
+            unstable.len()
+        );
+        for t in unstable.iter().take(10) {
+            let _ = writeln!(md, "- {} / {}: {}", t.scenario, t.name(), t.prefix_note.as_deref().unwrap_or_default());
+        }
+        if unstable.len() > 10 {
+            let _ = writeln!(md, "- … and {} more in results.jsonl", unstable.len() - 10);
+        }
+    }
+
     let failing: Vec<&TrialRecord> =
         trials.iter().filter(|t| matches!(t.verdict, Verdict::Fail | Verdict::Error)).collect();
     if !summary.pass {

@@ -152,7 +152,7 @@ fn run_plan(
             if let Some(prepared) = open_turn {
                 ps.after(&sent.request, Outcome::Completed { reply: &g.tokens });
                 fed_before = fed_ids(&sent.request.prompt, &g.tokens).len();
-                ps.finish(prepared, Some(&g.tokens));
+                ps.finish(prepared, Some(&g), sent.prompt_known.then_some(sent.request.prompt.as_slice()));
             }
             match role {
                 Role::Warm => runs[si].0.push(g),

@@ -8,7 +8,9 @@ use kvproof_engines::dump::StateDump;
 use kvproof_engines::engine::{Request, Sampling};
 
 use crate::check::turn::Observed;
-use crate::driver::{Driver, DriverError, Generation, Launcher};
+use kvproof_engines::chat::TextMessage;
+
+use crate::driver::{ChatRequest, Driver, DriverError, Generation, Launcher};
 use crate::record::{Sink, TurnRow};
 
 /// Which instance ran a request.
@@ -50,8 +52,11 @@ pub fn request_id(plan_index: usize, step_index: usize, role: Role, repeat: usiz
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TurnRequest {
     pub slot: usize,
+    /// The prompt's ids (empty for a conversation sent as text).
     pub prompt: Vec<u32>,
     pub audio: Vec<Vec<u8>>,
+    /// The conversation as text, for the engine to render with its own template (`Driver::generate_chat`).
+    pub chat: Option<Vec<TextMessage>>,
     pub max_tokens: usize,
     /// Generate past eos (fixed-length replies for growth curves and staleness).
     pub ignore_eos: bool,
@@ -79,7 +84,10 @@ impl TurnRequest {
 #[derive(Debug, Clone)]
 pub struct Sent {
     pub role: Role,
+    /// The request as sent; for a conversation sent as text, its prompt holds the ids the engine reported it fed
+    /// (empty when it reported none: `prompt_known` is false).
     pub request: Request,
+    pub prompt_known: bool,
     pub result: Result<Generation, DriverError>,
     /// The slot's state after the request, when a dump was asked for and the instance survived.
     pub dump: Option<Result<StateDump, DriverError>>,
@@ -188,15 +196,32 @@ impl<'a> Instances<'a> {
                 Err(e) => return self.refused_to_start(request, row_label, role, e),
             },
         };
-        let result = match turn.cancel_at_poll {
-            Some(poll) => driver.generate_cancel_at(&request, poll),
-            None => driver.generate(&request),
+        let mut request = request;
+        let mut prompt_known = true;
+        let result = match (&turn.chat, turn.cancel_at_poll) {
+            (Some(messages), _) => {
+                let chat = ChatRequest {
+                    id: request.id,
+                    slot: request.slot,
+                    messages: messages.clone(),
+                    max_tokens: request.max_tokens,
+                    ignore_eos: request.ignore_eos,
+                };
+                let result = driver.generate_chat(&chat);
+                match result.as_ref().ok().and_then(|g| g.prompt_ids.clone()) {
+                    Some(ids) => request.prompt = ids,
+                    None => prompt_known = false,
+                }
+                result
+            }
+            (None, Some(poll)) => driver.generate_cancel_at(&request, poll),
+            (None, None) => driver.generate(&request),
         };
         let alive = !matches!(&result, Err(e) if e.is_fatal());
         let dump = (dump && alive).then(|| driver.dump(request.slot));
         let bytes = if alive { driver.state_bytes() } else { None };
         self.row(row_label, role, &request, &result);
-        let sent = Sent { role, request, result, dump, bytes };
+        let sent = Sent { role, request, prompt_known, result, dump, bytes };
         if role == Role::Warm && sent.instance_lost() {
             self.warm = None;
         }
@@ -206,7 +231,7 @@ impl<'a> Instances<'a> {
     fn refused_to_start(&self, request: Request, row_label: &str, role: Role, e: DriverError) -> Sent {
         let result = Err(e);
         self.row(row_label, role, &request, &result);
-        Sent { role, request, result, dump: None, bytes: None }
+        Sent { role, prompt_known: !request.prompt.is_empty(), request, result, dump: None, bytes: None }
     }
 
     fn row(&self, label: &str, role: Role, req: &Request, res: &Result<Generation, DriverError>) {

@@ -142,7 +142,7 @@ pub fn run_plan(ctx: &Paired<'_>, plan_index: usize, plan: &Plan, tap: &mut dyn 
                 Ok(g) => {
                     ps.after(&sent.request, Outcome::Completed { reply: &g.tokens });
                     warm_turns.push(Some((sent.request.prompt.clone(), g.tokens.clone())));
-                    ps.finish(prepared, Some(&g.tokens));
+                    ps.finish(prepared, Some(g), sent.prompt_known.then_some(sent.request.prompt.as_slice()));
                 }
                 Err(e) => {
                     // Everything after a failed set-up turn would test a state nobody planned.
@@ -167,12 +167,17 @@ pub fn run_plan(ctx: &Paired<'_>, plan_index: usize, plan: &Plan, tap: &mut dyn 
         for s in std::iter::once(&warm).chain(Some(&cold)).chain(control.as_ref()) {
             tap.sent(si, s);
         }
-        let expected = ps.expected(&warm.request).ok_or_else(|| ctx.no_rule.clone());
-        let must_reuse = ps.must_reuse(&warm.request);
+        let (expected, must_reuse) = if warm.prompt_known {
+            (ps.expected(&warm.request).ok_or_else(|| ctx.no_rule.clone()), ps.must_reuse(&warm.request))
+        } else {
+            let why = "the engine reported no prompt ids for the text it rendered: no exact reuse count to expect";
+            (Err(why.to_string()), prepared.text_extends)
+        };
 
         let mut record = ctx.base_record(plan, plan_index, step, si);
+        record.prefix_note = warm.prompt_known.then(|| ps.observe_prompt(&prepared, &warm.request.prompt)).flatten();
         record.warm_first = warm_first;
-        record.prompt_tokens = turn.prompt.len();
+        record.prompt_tokens = if warm.prompt_known { warm.request.prompt.len() } else { turn.prompt.len() };
         record.expected_reuse = expected.as_ref().ok().copied();
         record.timings = TrialTimings {
             warm_ms: warm.wall().map(ms),
@@ -249,12 +254,13 @@ pub fn run_plan(ctx: &Paired<'_>, plan_index: usize, plan: &Plan, tap: &mut dyn 
             Ok(g) => ps.after(&warm.request, Outcome::Completed { reply: &g.tokens }),
             Err(e) => ps.after(&warm.request, Outcome::Failed { code: &e.code() }),
         }
-        let reply = match (&warm.result, &cold.result) {
-            (Ok(g), _) | (Err(_), Ok(g)) => Some(g.tokens.clone()),
-            _ => None,
+        let (reply, fed) = match (&warm.result, &cold.result) {
+            (Ok(g), _) => (Some(g), warm.prompt_known.then_some(warm.request.prompt.as_slice())),
+            (Err(_), Ok(g)) => (Some(g), cold.prompt_known.then_some(cold.request.prompt.as_slice())),
+            _ => (None, None),
         };
         warm_turns.push(warm.result.as_ref().ok().map(|g| (warm.request.prompt.clone(), g.tokens.clone())));
-        ps.finish(prepared, reply.as_deref());
+        ps.finish(prepared, reply, fed);
         ctx.emit(record, &mut out);
         ctx.progress.inc(1);
 

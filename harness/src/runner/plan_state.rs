@@ -5,24 +5,42 @@
 
 use kvproof_engines::engine::Request;
 
+use kvproof_engines::engine::StopReason;
+
 use super::instances::TurnRequest;
 use crate::cases::{Plan, Step};
 use crate::check::memory::{Footprint, MemoryBook};
-use crate::conversation::{Conversation, Pending, Prepared};
+use crate::conversation::{Conversation, Pending, Prepared, PromptSpec};
+use crate::driver::Generation;
 use crate::oracle::{Outcome, Rule, SlotBook};
 use crate::record::{CheckName, CheckResult};
+use crate::text_conversation::{Reply, TextConversation};
+
+/// A conversation a plan drives: built from ids (kvproof's own prompts, edited at exact positions), or held as
+/// text for the engine to render with its own template.
+#[derive(Debug, Clone)]
+enum Thread {
+    Ids(Conversation),
+    Text(TextConversation),
+}
 
 /// A step's request, built from its thread's transcript; `finish` moves the transcript on.
 #[derive(Debug)]
 pub struct PreparedTurn {
     pub turn: TurnRequest,
     thread: usize,
-    prepared: Prepared,
-    pending: Pending,
+    label: String,
+    /// What the id conversation must be told to keep or undo (None for a text turn).
+    ids: Option<(Prepared, Pending)>,
+    /// A text turn that continues its thread on the slot that ran the thread's last turn, with nothing else run
+    /// there since: any prefix cache must reuse something, whatever ids the engine made of the text.
+    pub text_extends: bool,
 }
 
 pub struct PlanState {
-    threads: Vec<Option<Conversation>>,
+    threads: Vec<Option<Thread>>,
+    /// Per slot, the thread of the last request that completed there.
+    slot_thread: Vec<Option<usize>>,
     plan_seed: Vec<u64>,
     frame_bytes: usize,
     slots: SlotBook,
@@ -35,6 +53,7 @@ impl PlanState {
         let threads = plan.steps.iter().map(|s| s.thread).max().unwrap_or(0) + 1;
         PlanState {
             threads: Vec::new(),
+            slot_thread: Vec::new(),
             plan_seed: (0..threads).map(|t| plan.thread_seed(t)).collect(),
             frame_bytes,
             slots: SlotBook::new(rule),
@@ -43,40 +62,91 @@ impl PlanState {
         }
     }
 
-    /// The conversation of `thread`, started on first use: fresh, or as a copy of the thread it forks from.
-    fn thread(&mut self, thread: usize, fork_of: Option<usize>) -> &mut Conversation {
+    /// The conversation of `thread`, started on first use: fresh (as text when `spec` is a text turn), or as a
+    /// copy of the thread it forks from.
+    fn thread(&mut self, thread: usize, fork_of: Option<usize>, spec: &PromptSpec) -> &mut Thread {
         while self.threads.len() <= thread {
             self.threads.push(None);
         }
-        let conversation = match self.threads[thread].take() {
-            Some(c) => c,
+        let t = match self.threads[thread].take() {
+            Some(t) => t,
             None => {
                 let source = fork_of.filter(|&f| f != thread).and_then(|f| self.threads.get(f).cloned().flatten());
                 let seed = self.plan_seed.get(thread).copied().unwrap_or(thread as u64);
-                source.unwrap_or_else(|| Conversation::new(seed, self.frame_bytes))
+                source.unwrap_or_else(|| match spec {
+                    PromptSpec::Say { system, .. } => Thread::Text(TextConversation::new(system.as_deref())),
+                    _ => Thread::Ids(Conversation::new(seed, self.frame_bytes)),
+                })
             }
         };
-        self.threads[thread].insert(conversation)
+        self.threads[thread].insert(t)
     }
 
     /// The request of `step` (on its slot, its thread, with its cancel point).
     pub fn prepare(&mut self, plan: &Plan, step: &Step) -> Result<PreparedTurn, String> {
-        let (prepared, pending) = self.thread(step.thread, step.fork_of).prepare(&step.prompt)?;
-        let turn = TurnRequest {
-            slot: step.slot_in(plan),
-            prompt: prepared.prompt.clone(),
-            audio: prepared.audio.clone(),
+        let slot = step.slot_in(plan);
+        let continues = self.slot_thread.get(slot).copied().flatten() == Some(step.thread);
+        let base = TurnRequest {
+            slot,
+            prompt: Vec::new(),
+            audio: Vec::new(),
+            chat: None,
             max_tokens: step.max_tokens,
             ignore_eos: step.ignore_eos,
             cancel_at_poll: step.cancel_at_poll,
         };
-        Ok(PreparedTurn { turn, thread: step.thread, prepared, pending })
+        let label = step.label.clone();
+        match (self.thread(step.thread, step.fork_of, &step.prompt), &step.prompt) {
+            (Thread::Text(c), PromptSpec::Say { text, .. }) => {
+                let turn = TurnRequest { chat: Some(c.prepare(text)), ..base };
+                Ok(PreparedTurn { turn, thread: step.thread, label, ids: None, text_extends: continues })
+            }
+            (Thread::Text(_), _) => Err(format!("{}: an id edit on a conversation held as text", step.label)),
+            (Thread::Ids(c), spec) => {
+                let (prepared, pending) = c.prepare(spec)?;
+                let turn = TurnRequest { prompt: prepared.prompt.clone(), audio: prepared.audio.clone(), ..base };
+                Ok(PreparedTurn {
+                    turn,
+                    thread: step.thread,
+                    label,
+                    ids: Some((prepared, pending)),
+                    text_extends: false,
+                })
+            }
+        }
     }
 
-    /// The turn is over: its thread's transcript goes on with `reply` (None: the turn produced none).
-    pub fn finish(&mut self, turn: PreparedTurn, reply: Option<&[u32]>) {
-        if let Some(Some(c)) = self.threads.get_mut(turn.thread) {
-            c.finish(&turn.prepared, turn.pending, reply);
+    /// Whether a text turn's rendered prompt (the ids the engine reports it fed) begins with everything its
+    /// thread fed last turn; when it does not, why.
+    pub fn observe_prompt(&self, turn: &PreparedTurn, prompt_ids: &[u32]) -> Option<String> {
+        match self.threads.get(turn.thread) {
+            Some(Some(Thread::Text(c))) => c.observe(prompt_ids),
+            _ => None,
+        }
+    }
+
+    /// The turn is over: its thread's transcript goes on with the reply `reply` (None: the turn produced none),
+    /// `prompt` being the ids the engine fed when known.
+    pub fn finish(&mut self, turn: PreparedTurn, reply: Option<&Generation>, prompt: Option<&[u32]>) {
+        if reply.is_some() {
+            if self.slot_thread.len() <= turn.turn.slot {
+                self.slot_thread.resize(turn.turn.slot + 1, None);
+            }
+            self.slot_thread[turn.turn.slot] = Some(turn.thread);
+        }
+        match (self.threads.get_mut(turn.thread), turn.ids) {
+            (Some(Some(Thread::Ids(c))), Some((prepared, pending))) => {
+                c.finish(&prepared, pending, reply.map(|g| g.tokens.as_slice()))
+            }
+            (Some(Some(Thread::Text(c))), None) => {
+                let text = reply.map(reply_text);
+                let ids = match (prompt, reply) {
+                    (Some(p), Some(g)) => Some((p, g.tokens.as_slice())),
+                    _ => None,
+                };
+                c.finish(&turn.label, text.as_deref().map(|text| Reply { text, ids }))
+            }
+            _ => {}
         }
     }
 
@@ -116,4 +186,13 @@ impl PlanState {
         }
         self.memory.check(&step.label, warm, cold)
     }
+}
+
+/// A reply as the text a chat client puts back into the transcript: its tokens' text, without the end-of-turn
+/// token a reply that stopped at eos ends with (servers strip it too).
+fn reply_text(g: &Generation) -> String {
+    let Some(pieces) = &g.pieces else { return String::new() };
+    let n = if g.stop == StopReason::Eos { pieces.len().saturating_sub(1) } else { pieces.len() };
+    let bytes: Vec<u8> = pieces[..n].iter().flatten().copied().collect();
+    String::from_utf8_lossy(&bytes).into_owned()
 }

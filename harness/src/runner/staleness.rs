@@ -34,10 +34,12 @@ pub fn classify_turn(
         equals_fresh: x_reply == fresh.tokens,
         reply: x_reply,
     }];
+    // Without the ids X fed (a driver that reports none for text), only X's own reply is a hypothesis.
+    let known = !x_prompt.is_empty() && warm.prompt_known;
     let mut points: Vec<usize> = [wg.reused.unwrap_or(0), fed_x.len()]
         .into_iter()
         .map(|n| n.min(fed_x.len()).min(current.len() - 1))
-        .filter(|&n| n > 0 && fed_x[..n] != current[..n])
+        .filter(|&n| known && n > 0 && fed_x[..n] != current[..n])
         .collect();
     points.dedup();
     for (k, n) in points.into_iter().enumerate() {
@@ -48,6 +50,7 @@ pub fn classify_turn(
             slot: warm.request.slot,
             prompt,
             audio: Vec::new(),
+            chat: None,
             max_tokens: warm.request.max_tokens,
             ignore_eos: warm.request.ignore_eos,
             cancel_at_poll: None,

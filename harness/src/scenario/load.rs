@@ -40,6 +40,14 @@ pub fn load_str(path: &Path, text: &str) -> Result<Scenario, ScenarioError> {
         ScenarioError::Parse { path: path.to_path_buf(), line: e.line(), column: e.column(), message }
     })?;
     scenario.path = path.to_path_buf();
+    let corpus = match &scenario.params {
+        super::Params::StressPairs(p) => p.corpus.as_deref().map(|f| (f, false)),
+        super::Params::SemanticStaleness(p) => p.corpus.as_deref().map(|f| (f, true)),
+        _ => None,
+    };
+    if let Some((file, stale)) = corpus {
+        scenario.corpus = Some(std::sync::Arc::new(super::corpus::load(path, file, stale)?));
+    }
     Ok(scenario)
 }
 

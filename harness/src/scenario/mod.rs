@@ -2,6 +2,7 @@
 //! overrides a bundled engine may carry (`engine_config`), and the JSON schema generated from those types (`schema`).
 
 mod check_name;
+pub mod corpus;
 pub mod engine_config;
 mod load;
 pub mod params;

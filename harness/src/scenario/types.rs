@@ -31,6 +31,9 @@ pub struct Scenario {
     pub params: Params,
     #[serde(rename = "assert")]
     pub assertions: Assertions,
+    /// The corpus `params.corpus` names, read with the scenario (not part of the JSON).
+    #[serde(skip)]
+    pub corpus: Option<std::sync::Arc<super::corpus::LoadedCorpus>>,
 }
 
 /// The kinds of trial a scenario can ask for.
@@ -398,6 +401,7 @@ impl<'de> Visitor<'de> for ScenarioVisitor {
             kind,
             params,
             assertions,
+            corpus: None,
         })
     }
 }

@@ -53,6 +53,11 @@ pub struct StalenessParams {
     /// The slot holding the other conversation (`other-slot`); must differ from `slot`.
     #[serde(default = "default_other_slot")]
     pub other_slot: usize,
+    /// A JSON Lines file of staleness cases written as text (next to the scenario: `{"id", "system"?, "opening",
+    /// "stale": [1 or 2 messages], "current"}` per line), sent as text for the engine's own template: questions
+    /// whose fresh answers differ. Absent: kvproof's own id prompts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corpus: Option<String>,
 }
 
 fn default_cases() -> usize {
@@ -77,6 +82,7 @@ impl Default for StalenessParams {
             max_tokens: default_max_tokens(),
             slot: 0,
             other_slot: default_other_slot(),
+            corpus: None,
         }
     }
 }

@@ -31,6 +31,11 @@ pub struct StressParams {
     /// The slot the conversations run on.
     #[serde(default)]
     pub slot: usize,
+    /// A JSON Lines file of chats (next to the scenario, `{"id", "system"?, "turns": [...]}` per line): the
+    /// conversations are drawn from it and sent as text, so the engine applies its own tokenizer and chat template.
+    /// Absent: kvproof's own id prompts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corpus: Option<String>,
 }
 
 fn default_pairs() -> usize {
@@ -48,6 +53,7 @@ impl Default for StressParams {
             user_len: None,
             max_tokens: default_max_tokens(),
             slot: 0,
+            corpus: None,
         }
     }
 }
