@@ -135,7 +135,8 @@ fn in_process_stdio_and_http_give_the_same_trials() {
     let inkling_cases = json!({"cases": ["extend", "exact-repeat", "shorter", "diverge-first", "diverge-middle",
         "diverge-last", "prompt-reply", "window-wrap", "capacity-growth", "context-overflow", "block-edges"]});
     let glm53_cases = json!({"cases": ["extend", "grid-diverge", "grid-repeat", "grid-reply", "grid-tiling"]});
-    let glm_cases = json!({"cases": ["diverge-middle", "exact-repeat", "interleave", "slot-switch"]});
+    // slot-switch leaves slot 1 holding a conversation that interleave's first compared turn must not find
+    let glm_cases = json!({"cases": ["diverge-middle", "exact-repeat", "slot-switch", "interleave"]});
     let stress = json!({"pairs": 12, "turns": [2, 5], "user_len": [1, 16], "max_tokens": 4});
     let staleness = json!({"cases": 3, "max_tokens": 6});
     let plan: [(&str, &str, &Value); 5] = [
@@ -207,6 +208,24 @@ fn a_server_with_its_prompt_cache_off_fails_reuse_fired() {
         assert_eq!(t.reused, Some(0), "{}", t.name());
         // the replies themselves are right: only reuse fails
         assert_eq!(status(t, CheckName::Tokens), Some(Status::Pass), "{}", t.name());
+    }
+}
+
+#[test]
+fn each_plan_starts_from_a_fresh_state() {
+    let served = Served::start(&tiny("glm"));
+    // slot-switch leaves a conversation on slot 1; interleave's first turn there must reuse nothing
+    let params = json!({"cases": ["slot-switch", "interleave"]});
+    for (reset, pass) in [("none", false), ("llama.cpp", true), ("vllm", true)] {
+        let mut engine = http(&served.url);
+        engine["reset"] = json!(reset);
+        let (summary, trials) =
+            run(&[scenario(&format!("reset-{reset}"), engine, "boundary-matrix", params.clone())], reset);
+        assert_eq!(summary.pass, pass, "reset {reset}: {trials:#?}");
+        if !pass {
+            let failed: Vec<String> = trials.iter().filter(|t| t.verdict == Verdict::Fail).map(|t| t.name()).collect();
+            assert_eq!(failed, ["interleave / B turn 1 on slot 1"], "reset {reset}");
+        }
     }
 }
 
