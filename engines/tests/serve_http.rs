@@ -330,6 +330,9 @@ fn refusals_name_what_is_at_fault_and_the_server_survives_them() {
     let (status, _) =
         s.request("POST", "/v1/completions", json!({"prompt": long, "stream": true}).to_string().as_bytes());
     assert_eq!(status, 400);
+    let messages = json!([{"role": "user", "content": "x".repeat(1100)}]);
+    let (status, answer) = s.post("/v1/chat/completions", &json!({"messages": messages, "stream": true}));
+    assert_eq!((status, answer["error"]["param"].as_str()), (400, Some("messages")), "{answer}");
     s.alive();
 
     // methods, sizes and framing

@@ -230,10 +230,6 @@ impl<'a> Server<'a> {
         let fresh_state = !g.cache_prompt || g.cache_salt.is_some();
         let answer = Answer::new(Format::new(&g, id, &self.model), prompt);
         let mut emit = Emit { answer, stream: None, out: Some(out), gone: false, streaming: g.stream };
-        if let Some(chunk) = emit.answer.opening_chunk().filter(|_| g.stream) {
-            emit.start()?;
-            emit.send(&chunk);
-        }
         let result = {
             let mut fresh;
             let engine: &mut dyn Engine = if fresh_state {
@@ -297,7 +293,9 @@ fn engine_error(e: &EngineError, field: &str) -> ApiError {
     }
 }
 
-/// The observer of one request: collects tokens, or streams them as events from the first one on.
+/// The observer of one request: collects tokens, or streams them as events from the first one on. A stream
+/// begins at the first token, so a request the engine refuses before any (an exceeded context) is answered with
+/// its status, streamed or not.
 struct Emit<'o> {
     answer: Answer,
     stream: Option<EventStream<&'o mut TcpStream>>,
@@ -316,6 +314,9 @@ impl Emit<'_> {
         match EventStream::start(out) {
             Ok(s) => {
                 self.stream = Some(s);
+                if let Some(chunk) = self.answer.opening_chunk() {
+                    self.send(&chunk);
+                }
                 Ok(())
             }
             Err(e) => {
