@@ -344,6 +344,17 @@ impl Collected {
         self.cached_tokens.or(self.cache_n)
     }
 
+    /// An answer that reports its reuse both ways must report one count.
+    fn reuse_agrees(&self) -> Result<(), String> {
+        match (self.cached_tokens, self.cache_n) {
+            (Some(c), Some(n)) if c != n => Err(format!(
+                "it reports reuse two ways that disagree: usage.prompt_tokens_details.cached_tokens {c}, \
+                 timings.cache_n {n}"
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// The reply's token ids, when the answer gave them.
     fn token_ids(&self) -> Option<Vec<u32>> {
         if !self.choice_ids.is_empty() {
@@ -851,6 +862,7 @@ impl HttpDriver {
             let status = e["code"].as_u64().and_then(|c| u16::try_from(c).ok()).unwrap_or(500);
             return Err(refusal(status, &json!({ "error": e }).to_string(), "POST", &url));
         }
+        collected.reuse_agrees().map_err(|why| malformed("POST", &url, &why))?;
         Ok(collected.generation(sent_prompt, max_tokens, started))
     }
 }
@@ -970,6 +982,18 @@ mod tests {
         assert_ne!(ga.tokens[0], ga.tokens[1]);
         assert_eq!((ga.reused, ga.gaps.clone()), (None, None));
         assert_eq!(ga.pieces, Some(vec![b"Hi".to_vec(), b" there".to_vec()]));
+    }
+
+    #[test]
+    fn reuse_reported_two_ways_must_agree() {
+        let answer = |cached: usize, cache_n: usize| {
+            absorbed(&[json!({"choices": [{"index": 0, "text": "x", "finish_reason": "stop"}],
+                              "usage": {"prompt_tokens": 9, "prompt_tokens_details": {"cached_tokens": cached}},
+                              "timings": {"cache_n": cache_n, "prompt_n": 9 - cache_n}})])
+        };
+        assert!(answer(4, 4).reuse_agrees().is_ok());
+        let e = answer(5, 4).reuse_agrees().expect_err("disagree");
+        assert!(e.contains("cached_tokens 5") && e.contains("cache_n 4"), "{e}");
     }
 
     #[test]
