@@ -63,7 +63,7 @@ pub fn faults_of(scenarios: &[Scenario]) -> Result<Vec<Fault>, kvproof_engines::
 fn applies(s: &Scenario, f: Fault) -> bool {
     match &s.engine {
         EngineSpec::Bundled { arch, .. } => kvproof_engines::bundled::check_fault(arch, Some(f)).is_ok(),
-        EngineSpec::Command { .. } => false,
+        EngineSpec::Command { .. } | EngineSpec::Http(_) => false,
     }
 }
 
@@ -102,7 +102,7 @@ pub fn sweep(
         rows.push(row);
     }
     let not_mutated =
-        scenarios.iter().filter(|s| matches!(s.engine, EngineSpec::Command { .. })).map(|s| s.name.clone()).collect();
+        scenarios.iter().filter(|s| !matches!(s.engine, EngineSpec::Bundled { .. })).map(|s| s.name.clone()).collect();
     Ok(MutantsReport { clean, faults: rows, not_mutated })
 }
 

@@ -1,6 +1,7 @@
-//! `kvproof-engine`: serve any bundled engine over stdin/stdout (docs/protocol.md), or run the engine benchmarks.
+//! `kvproof-engine`: serve any bundled engine over stdin/stdout (docs/protocol.md) or over an OpenAI-compatible
+//! HTTP API (`--http PORT`, docs/http.md), or run the engine benchmarks.
 
-use std::io::{BufWriter, ErrorKind};
+use std::io::{BufWriter, ErrorKind, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -9,7 +10,7 @@ use clap::{ArgGroup, Parser};
 use kvproof_engines::bundled;
 use kvproof_engines::config::Preset;
 use kvproof_engines::fault::Fault;
-use kvproof_engines::serve::{serve, ServeError, ServeOptions};
+use kvproof_engines::serve::{serve, serve_http, HttpOptions, ServeError, ServeOptions};
 
 /// Serve a bundled engine over stdio, speaking the kvproof serve protocol (see docs/protocol.md).
 ///
@@ -45,6 +46,11 @@ struct Cli {
     /// Benchmark presets, comma-separated.
     #[arg(long, value_delimiter = ',', value_parser = parse_preset, requires = "bench", default_value = "small,bench")]
     presets: Vec<Preset>,
+
+    /// Serve an OpenAI-compatible HTTP API on 127.0.0.1:PORT instead of stdio (docs/http.md); 0 picks a free
+    /// port. The first line on stdout is `listening on http://127.0.0.1:PORT/v1`.
+    #[arg(long, value_name = "PORT", conflicts_with = "bench")]
+    http: Option<u16>,
 }
 
 fn parse_preset(s: &str) -> Result<Preset, String> {
@@ -99,6 +105,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         _ => bail!("give --model DIR or --arch A --preset tiny|small|bench [--seed N] (or --bench)"),
     };
 
+    if let Some(port) = cli.http {
+        return serve_over_http(engine.as_mut(), port, cli.model.as_deref());
+    }
+
     let output = BufWriter::new(std::io::stdout().lock());
     match serve(engine.as_mut(), std::io::stdin(), output, std::io::stderr(), ServeOptions::from_env()) {
         Ok(()) => Ok(()),
@@ -106,6 +116,28 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Err(ServeError::Write(e)) if e.kind() == ErrorKind::BrokenPipe => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Serve `engine` over HTTP on 127.0.0.1:`port` until the process is stopped.
+fn serve_over_http(
+    engine: &mut dyn kvproof_engines::engine::Engine,
+    port: u16,
+    model_dir: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    let listener =
+        std::net::TcpListener::bind(("127.0.0.1", port)).with_context(|| format!("binding 127.0.0.1:{port}"))?;
+    let addr = listener.local_addr()?;
+    // a model directory's config may turn cross-slot sharing on; the harness's oracle needs to know
+    let kv_share = match model_dir {
+        Some(dir) => kvproof_engines::bundled::ModelConfig::load(&dir.join("config.json"))?.kv_share(),
+        None => false,
+    };
+    let options = HttpOptions { prefix_log: ServeOptions::from_env().prefix_log, kv_share, ..HttpOptions::default() };
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "listening on http://{addr}/v1")?;
+    stdout.flush()?;
+    drop(stdout);
+    serve_http(engine, listener, options).context("serving HTTP")
 }
 
 /// The error and its causes on one line, skipping a cause its parent's message already ends with.

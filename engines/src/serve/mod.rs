@@ -1,12 +1,15 @@
 //! The stdio serve protocol (docs/protocol.md), so the harness drives any engine process the same way:
 //! `frame` is the wire syntax, `request` maps SUBMIT to an engine `Request`, `server` serves any `Engine`,
-//! `client` drives any process that speaks the protocol.
+//! `client` drives any process that speaks the protocol. `http` serves an engine over an OpenAI-compatible HTTP API
+//! instead (docs/http.md).
 
 pub mod client;
 pub mod frame;
+pub mod http;
 pub mod request;
 pub mod server;
 
 pub use client::{ClientError, ClientReply, StdioEngine};
 pub use frame::{Caps, Command, DataFrame, DoneFrame, DumpedFrame, EngineFrame, ErrorCode, ErrorFrame, SubmitFrame};
+pub use http::{serve_http, HttpOptions};
 pub use server::{serve, ServeError, ServeOptions, PREFIX_LOG_ENV};

@@ -2,8 +2,10 @@
 //! (`Caps`); a check that needs a missing capability is skipped with the reason, never passed.
 //!
 //! `inprocess` runs a bundled engine in this process (fastest); `stdio` spawns any command speaking the serve
-//! protocol (docs/protocol.md), one process per instance.
+//! protocol (docs/protocol.md), one process per instance; `http` drives a server with an OpenAI-compatible API
+//! (docs/http.md), whose instances share that server.
 
+mod http;
 mod inprocess;
 mod stdio;
 
@@ -14,6 +16,7 @@ use kvproof_engines::dump::StateDump;
 use kvproof_engines::engine::{EngineInfo, Request, StopReason};
 use kvproof_engines::fault::Fault;
 
+pub use http::HttpLauncher;
 pub use inprocess::InProcessLauncher;
 pub use stdio::{resolve_program, sibling_binary, StdioLauncher};
 
@@ -160,6 +163,16 @@ pub trait Launcher: Send + Sync {
     fn info(&self) -> &EngineInfo;
     fn caps(&self) -> &Caps;
     fn label(&self) -> String;
+    /// A fresh instance for one cold run (or the control, or a probe). Launchers whose instances share one
+    /// server make it differently from the warm one; by default it is `launch`.
+    fn launch_cold(&self) -> Result<Box<dyn Driver>, DriverError> {
+        self.launch()
+    }
+    /// Whether plans may run at the same time. Instances that share one server must not: their plans run one at
+    /// a time, in order.
+    fn parallel_plans(&self) -> bool {
+        true
+    }
 }
 
 /// The launcher for a scenario's engine; `fault` overrides the scenario's for bundled engines.
@@ -172,5 +185,6 @@ pub fn launcher_for(spec: &EngineSpec, fault: Option<Option<Fault>>) -> Result<B
         EngineSpec::Command { command, timeout_ms, reuse_rule } => {
             Ok(Box::new(StdioLauncher::start(command, *timeout_ms)?.with_reuse_rule(*reuse_rule)))
         }
+        EngineSpec::Http(spec) => Ok(Box::new(HttpLauncher::start(spec)?)),
     }
 }

@@ -1,7 +1,8 @@
 //! Paired turns (boundary matrices, stress pairs, semantic staleness): a warm instance lives through each plan;
 //! every compared turn is also run on a cold instance given that turn's prompt alone, and on a second cold
 //! instance (the control). Which of warm and cold runs first alternates from pair to pair. Plans run in parallel
-//! (rayon); every prompt is fixed by the scenario seed, so a run is repeatable.
+//! (rayon) unless the instances share one server; every prompt is fixed by the scenario seed, so a run is
+//! repeatable.
 //!
 //! An instance that dies or hangs makes that trial an `error` (with its stderr tail); the warm instance is replaced
 //! by a fresh one and the plan goes on.
@@ -66,9 +67,13 @@ impl<'a> Paired<'a> {
     }
 }
 
-/// Run every plan of a prepared scenario; records go to `sink` as they complete and are also returned.
+/// Run every plan of a prepared scenario; records go to `sink` as they complete and are also returned. Plans run
+/// in parallel unless the launcher's instances share one server (then one at a time, in order).
 pub fn run(p: &Prepared<'_>, sink: &dyn Sink, progress: &Progress) -> Vec<TrialRecord> {
     let ctx = Paired::new(p, sink, progress);
+    if !p.launcher.parallel_plans() {
+        return p.plans.iter().enumerate().flat_map(|(i, plan)| run_plan(&ctx, i, plan, &mut NoTap)).collect();
+    }
     p.plans.par_iter().enumerate().flat_map_iter(|(i, plan)| run_plan(&ctx, i, plan, &mut NoTap)).collect()
 }
 

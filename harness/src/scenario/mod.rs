@@ -1,9 +1,10 @@
 //! Scenario files: the format (`types`, and each kind's `params`), how files and folders of them are read (`load`), and the model-config
-//! overrides a bundled engine may carry (`engine_config`), and the JSON schema generated from those types (`schema`).
+//! overrides a bundled engine may carry (`engine_config`), an HTTP engine's declaration (`http_engine`), and the JSON schema generated from those types (`schema`).
 
 mod check_name;
 pub mod corpus;
 pub mod engine_config;
+pub mod http_engine;
 mod load;
 pub mod params;
 mod reuse_rule;
@@ -11,6 +12,7 @@ mod schema;
 mod types;
 
 pub use check_name::CheckName;
+pub use http_engine::{ColdSpec, HttpApi, HttpEngine, ResetKind};
 pub use load::{collect_files, load_file, load_paths, load_str, ScenarioError};
 pub use params::{BoundaryParams, CaseName, ContextName, GrowthParams, StalenessParams, StressParams};
 pub use params::{MAX_TOKENS, MAX_TURNS, MAX_USER_LEN};

@@ -12,6 +12,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use super::engine_config::ConfigOverrides;
+use super::http_engine::{self, HttpEngine, RawHttp};
 use super::params::{BoundaryParams, GrowthParams, StalenessParams, StressParams};
 use super::DeclaredRule;
 
@@ -155,8 +156,8 @@ impl Default for Assertions {
     }
 }
 
-/// How a scenario names its engine: a bundled engine run in-process (`arch`), or any command speaking the stdio
-/// protocol (`command`).
+/// How a scenario names its engine: a bundled engine run in-process (`arch`), any command speaking the stdio
+/// protocol (`command`), or a server with an OpenAI-compatible HTTP API (`url`).
 // The file's object is read as a `RawEngine` and checked by `TryFrom`; the schema describes the two shapes that
 // check accepts rather than RawEngine's (where every field is optional). Every field but `arch` and `command`
 // may be left out or null, as RawEngine's options allow.
@@ -196,10 +197,12 @@ pub enum EngineSpec {
         #[schemars(with = "Option<String>")]
         reuse_rule: Option<DeclaredRule>,
     },
+    /// A server with an OpenAI-compatible HTTP API (docs/http.md).
+    Http(HttpEngine),
 }
 
 fn default_timeout_ms() -> u64 {
-    60_000
+    http_engine::default_timeout_ms()
 }
 
 impl EngineSpec {
@@ -217,13 +220,14 @@ impl EngineSpec {
                 label
             }
             EngineSpec::Command { command, .. } => format!("`{}`", command.join(" ")),
+            EngineSpec::Http(h) => h.label(),
         }
     }
 
     pub fn fault(&self) -> Option<Fault> {
         match self {
             EngineSpec::Bundled { fault, .. } => *fault,
-            EngineSpec::Command { .. } => None,
+            EngineSpec::Command { .. } | EngineSpec::Http(_) => None,
         }
     }
 }
@@ -248,14 +252,77 @@ pub struct RawEngine {
     timeout_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     reuse_rule: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    api: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cold: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reset: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    slots: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    retries: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    extra_body: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+impl RawEngine {
+    /// The HTTP-only fields that are set, by name.
+    fn http_fields(&self) -> Vec<&'static str> {
+        let set = [
+            ("model", self.model.is_some()),
+            ("api", self.api.is_some()),
+            ("cold", self.cold.is_some()),
+            ("reset", self.reset.is_some()),
+            ("slots", self.slots.is_some()),
+            ("retries", self.retries.is_some()),
+            ("extra_body", self.extra_body.is_some()),
+        ];
+        set.into_iter().filter(|(_, on)| *on).map(|(name, _)| name).collect()
+    }
 }
 
 impl TryFrom<RawEngine> for EngineSpec {
     type Error = String;
     fn try_from(raw: RawEngine) -> Result<Self, String> {
+        const ONE_OF: &str = "engine: give only one of `arch` (bundled), `command` (stdio) and `url` (HTTP)";
+        let kinds = [raw.arch.is_some(), raw.command.is_some(), raw.url.is_some()];
+        if kinds.iter().filter(|k| **k).count() > 1 {
+            return Err(ONE_OF.into());
+        }
+        if let Some(field) = raw.http_fields().first().filter(|_| raw.url.is_none()) {
+            return Err(format!("engine.{field}: applies to engines reached over HTTP (`url`) only"));
+        }
+        if let Some(url) = raw.url {
+            if raw.preset.is_some() || raw.seed.is_some() || raw.fault.is_some() || raw.config.is_some() {
+                return Err("engine: `preset`, `seed`, `fault` and `config` apply to bundled engines (`arch`) only; \
+                            a server is started with its own model"
+                    .into());
+            }
+            let spec = HttpEngine::from_raw(RawHttp {
+                url,
+                model: raw.model,
+                api: raw.api,
+                cold: raw.cold,
+                reset: raw.reset,
+                slots: raw.slots,
+                timeout_ms: raw.timeout_ms,
+                retries: raw.retries,
+                reuse_rule: raw.reuse_rule,
+                extra_body: raw.extra_body,
+            })?;
+            return Ok(EngineSpec::Http(spec));
+        }
         match (raw.arch, raw.command) {
-            (Some(_), Some(_)) => Err("engine: give either `arch` (bundled) or `command` (stdio), not both".into()),
-            (None, None) => Err("engine: missing field `arch` (bundled engine) or `command` (stdio engine)".into()),
+            (Some(_), Some(_)) => Err(ONE_OF.into()),
+            (None, None) => {
+                Err("engine: missing field `arch` (bundled engine), `command` (stdio engine) or `url` (HTTP server)"
+                    .into())
+            }
             (Some(arch), None) => {
                 if raw.timeout_ms.is_some() || raw.reuse_rule.is_some() {
                     return Err("engine: `timeout_ms` and `reuse_rule` apply to `command` engines only (a bundled \
@@ -320,6 +387,22 @@ impl From<EngineSpec> for RawEngine {
                 reuse_rule: reuse_rule.map(|r| r.to_string()),
                 ..RawEngine::default()
             },
+            EngineSpec::Http(h) => {
+                let r = h.to_raw();
+                RawEngine {
+                    url: Some(r.url),
+                    model: r.model,
+                    api: r.api,
+                    cold: r.cold,
+                    reset: r.reset,
+                    slots: r.slots,
+                    timeout_ms: r.timeout_ms,
+                    retries: r.retries,
+                    reuse_rule: r.reuse_rule,
+                    extra_body: r.extra_body,
+                    ..RawEngine::default()
+                }
+            }
         }
     }
 }
