@@ -7,6 +7,8 @@ pub mod frame;
 pub mod request;
 pub mod server;
 
-pub use client::{ClientError, ClientReply, StdioEngine};
-pub use frame::{Caps, Command, DataFrame, DoneFrame, DumpedFrame, EngineFrame, ErrorCode, ErrorFrame, SubmitFrame};
+pub use client::{ClientError, ClientReply, StdioEngine, SubmitExtras};
+pub use frame::{
+    Caps, Command, DataFrame, DoneFrame, DumpedFrame, EngineFrame, ErrorCode, ErrorFrame, PromptFrame, SubmitFrame,
+};
 pub use server::{serve, ServeError, ServeOptions, PREFIX_LOG_ENV};
