@@ -214,6 +214,7 @@ pub(crate) mod tests {
             kv_share: false,
             reuse_rule: None,
             chat: true,
+            keeps_state_on: Vec::new(),
         }
     }
 

@@ -180,7 +180,7 @@ impl<'a> Instances<'a> {
                     None => unreachable!("launched above"),
                 }
             }
-            _ => match self.launcher.launch() {
+            _ => match self.launcher.launch_cold() {
                 Ok(d) => {
                     fresh = d;
                     fresh.as_mut()

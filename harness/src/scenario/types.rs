@@ -140,8 +140,41 @@ impl Default for Assertions {
     }
 }
 
-/// How a scenario names its engine: a bundled engine run in-process (`arch`), or any command speaking the stdio
-/// protocol (`command`).
+/// How a bundled engine is reached.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+#[derive(strum::IntoStaticStr, strum::Display, strum::EnumString)]
+#[strum(serialize_all = "kebab-case")]
+pub enum Via {
+    /// In this process (fastest; every check available).
+    #[default]
+    InProcess,
+    /// Served by a sibling `kvproof-engine` process over the stdio protocol, as any command engine is: the serve
+    /// layer (frames, the DONE reuse count, DUMP) is under test too.
+    Stdio,
+}
+
+/// How a process engine's cold instances get a fresh state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+#[derive(strum::IntoStaticStr, strum::Display, strum::EnumString)]
+#[strum(serialize_all = "kebab-case")]
+pub enum Cold {
+    /// A new process per cold run: nothing survives from earlier requests.
+    #[default]
+    Process,
+    /// One long-lived second process, sent RESET before each cold run (engines too costly to restart; CAPS
+    /// `reset=1`). Weaker: whatever RESET does not clear survives, and reports say so.
+    Reset,
+}
+
+impl Cold {
+    /// What engine labels say of cold instances that are not new processes.
+    pub const RESET_NOTE: &'static str = "cold by RESET, weaker than a new process";
+}
+
+/// How a scenario names its engine: a bundled engine (`arch`), run in-process or served over stdio, or any command
+/// speaking the stdio protocol (`command`).
 // The file's object is read as a `RawEngine` and checked by `TryFrom`; the schema describes the two shapes that
 // check accepts rather than RawEngine's (where every field is optional). Every field but `arch` and `command`
 // may be left out or null, as RawEngine's options allow.
@@ -149,7 +182,8 @@ impl Default for Assertions {
 #[serde(try_from = "RawEngine", into = "RawEngine")]
 #[schemars(!try_from, !into, untagged, deny_unknown_fields)]
 pub enum EngineSpec {
-    /// A bundled engine run in-process; `config` overrides fields of its preset's model config.
+    /// A bundled engine, run in-process or (`via: stdio`) served by a sibling `kvproof-engine`; `config`
+    /// overrides fields of its preset's model config.
     Bundled {
         /// A bundled arch (`kvproof list`).
         #[schemars(length(min = 1))]
@@ -167,6 +201,13 @@ pub enum EngineSpec {
         /// {"kv_share": true} for glm's cross-slot sharing. Unknown fields are rejected when the scenario is loaded.
         #[schemars(with = "Option<ConfigOverrides>")]
         config: ConfigOverrides,
+        /// in-process (default), or stdio: a sibling `kvproof-engine --arch .. --preset .. --seed .. [--fault ..]
+        /// [--config ..]` process driven over the stdio protocol.
+        #[schemars(with = "Option<Via>")]
+        via: Via,
+        /// With via stdio: how cold instances start (process, the default, or reset).
+        #[schemars(with = "Option<Cold>")]
+        cold: Cold,
     },
     /// Any command speaking the stdio protocol (docs/protocol.md).
     Command {
@@ -180,6 +221,10 @@ pub enum EngineSpec {
         /// declare it wrong; the oracle's exact reuse check needs one.
         #[schemars(with = "Option<String>")]
         reuse_rule: Option<DeclaredRule>,
+        /// How cold instances start: process (default: a new process per cold run) or reset (one long-lived
+        /// second process, sent RESET before each cold run; needs CAPS reset=1; a weaker cold, and reported so).
+        #[schemars(with = "Option<Cold>")]
+        cold: Cold,
     },
 }
 
@@ -191,7 +236,7 @@ impl EngineSpec {
     /// A short label for tables and logs.
     pub fn label(&self) -> String {
         match self {
-            EngineSpec::Bundled { arch, preset, seed, fault, config } => {
+            EngineSpec::Bundled { arch, preset, seed, fault, config, via, cold } => {
                 let mut label = format!("{arch}/{preset}/seed {seed}");
                 if !config.is_empty() {
                     label.push_str(&format!("/config {}", super::engine_config::describe(config)));
@@ -199,9 +244,21 @@ impl EngineSpec {
                 if let Some(f) = fault {
                     label.push_str(&format!("/fault {f}"));
                 }
+                if *via == Via::Stdio {
+                    label.push_str(" via stdio");
+                    if *cold == Cold::Reset {
+                        label.push_str(&format!(" ({})", Cold::RESET_NOTE));
+                    }
+                }
                 label
             }
-            EngineSpec::Command { command, .. } => format!("`{}`", command.join(" ")),
+            EngineSpec::Command { command, cold, .. } => {
+                let mut label = format!("`{}`", command.join(" "));
+                if *cold == Cold::Reset {
+                    label.push_str(&format!(" ({})", Cold::RESET_NOTE));
+                }
+                label
+            }
         }
     }
 
@@ -233,6 +290,10 @@ pub struct RawEngine {
     timeout_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     reuse_rule: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    via: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cold: Option<String>,
 }
 
 impl TryFrom<RawEngine> for EngineSpec {
@@ -245,6 +306,16 @@ impl TryFrom<RawEngine> for EngineSpec {
                 if raw.timeout_ms.is_some() || raw.reuse_rule.is_some() {
                     return Err("engine: `timeout_ms` and `reuse_rule` apply to `command` engines only (a bundled \
                                 engine's rule is its arch's)"
+                        .into());
+                }
+                let via = match raw.via.as_deref() {
+                    None => Via::InProcess,
+                    Some(v) => Via::from_str(v).map_err(|_| format!("engine.via: `{v}` is not in-process or stdio"))?,
+                };
+                let cold = parse_cold(raw.cold.as_deref())?;
+                if cold != Cold::Process && via != Via::Stdio {
+                    return Err("engine.cold: applies to engines in a process of their own (`via: stdio`, or \
+                                `command`); an in-process cold instance is always a fresh state"
                         .into());
                 }
                 kvproof_engines::bundled::arch(&arch).map_err(|e| format!("engine.arch: {e}"))?;
@@ -263,7 +334,7 @@ impl TryFrom<RawEngine> for EngineSpec {
                 };
                 let config = raw.config.unwrap_or_default();
                 super::engine_config::model_config(&arch, preset, &config)?;
-                Ok(EngineSpec::Bundled { arch, preset, seed: raw.seed.unwrap_or(0), fault, config })
+                Ok(EngineSpec::Bundled { arch, preset, seed: raw.seed.unwrap_or(0), fault, config, via, cold })
             }
             (None, Some(command)) => {
                 if raw.preset.is_some() || raw.seed.is_some() || raw.fault.is_some() || raw.config.is_some() {
@@ -271,6 +342,12 @@ impl TryFrom<RawEngine> for EngineSpec {
                                 only; pass them as arguments of the command"
                         .into());
                 }
+                if raw.via.is_some() {
+                    return Err("engine.via: applies to bundled engines (`arch`); a command is always run over \
+                                stdio"
+                        .into());
+                }
+                let cold = parse_cold(raw.cold.as_deref())?;
                 if command.is_empty() || command[0].is_empty() {
                     return Err("engine.command: must name a program".into());
                 }
@@ -282,27 +359,37 @@ impl TryFrom<RawEngine> for EngineSpec {
                     Some(r) => Some(r.parse::<DeclaredRule>().map_err(|e| format!("engine.reuse_rule: {e}"))?),
                     None => None,
                 };
-                Ok(EngineSpec::Command { command, timeout_ms, reuse_rule })
+                Ok(EngineSpec::Command { command, timeout_ms, reuse_rule, cold })
             }
         }
+    }
+}
+
+fn parse_cold(cold: Option<&str>) -> Result<Cold, String> {
+    match cold {
+        None => Ok(Cold::Process),
+        Some(c) => Cold::from_str(c).map_err(|_| format!("engine.cold: `{c}` is not process or reset")),
     }
 }
 
 impl From<EngineSpec> for RawEngine {
     fn from(spec: EngineSpec) -> RawEngine {
         match spec {
-            EngineSpec::Bundled { arch, preset, seed, fault, config } => RawEngine {
+            EngineSpec::Bundled { arch, preset, seed, fault, config, via, cold } => RawEngine {
                 arch: Some(arch),
                 preset: Some(preset.name().into()),
                 seed: Some(seed),
                 fault: fault.map(|f| f.name().to_string()),
                 config: (!config.is_empty()).then_some(config),
+                via: (via != Via::InProcess).then(|| via.to_string()),
+                cold: (cold != Cold::Process).then(|| cold.to_string()),
                 ..RawEngine::default()
             },
-            EngineSpec::Command { command, timeout_ms, reuse_rule } => RawEngine {
+            EngineSpec::Command { command, timeout_ms, reuse_rule, cold } => RawEngine {
                 command: Some(command),
                 timeout_ms: Some(timeout_ms),
                 reuse_rule: reuse_rule.map(|r| r.to_string()),
+                cold: (cold != Cold::Process).then(|| cold.to_string()),
                 ..RawEngine::default()
             },
         }
