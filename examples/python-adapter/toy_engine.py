@@ -15,7 +15,10 @@ The interface is the one adapter.py drives (a real engine implements the same fi
     reset()                          forget everything
 """
 
-VOCAB = 258
+# Bytes 0..255 and eight named ids, laid out as kvproof's own byte vocabulary (whose ids the harness's synthetic
+# prompts use): bos, eos, then role markers and the rest.
+SPECIALS = ("bos", "eos", "system", "user", "assistant", "tool", "audio", "pad")
+VOCAB = 256 + len(SPECIALS)
 BOS = 256
 EOS = 257
 MAX_CTX = 2048
@@ -41,7 +44,7 @@ class ContextExceeded(Exception):
 
 
 class ToyEngine:
-    """Byte-level tokens (0..255), bos and eos; a strict-prefix cache of one conversation."""
+    """Byte-level tokens (0..255) and eight named ids; a strict-prefix cache of one conversation."""
 
     vocab = VOCAB
     eos = EOS
@@ -61,7 +64,7 @@ class ToyEngine:
     def token_bytes(self, tid):
         if tid < 256:
             return bytes([tid])
-        return b"<|bos|>" if tid == BOS else b"<|eos|>"
+        return b"<|" + SPECIALS[tid - 256].encode() + b"|>"
 
     def render_chat(self, messages):
         """The chat template: bos, then `role: content` lines, then `assistant: ` where the reply begins.

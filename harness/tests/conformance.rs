@@ -198,3 +198,29 @@ fn each_break_of_the_python_adapter_is_reported() {
         assert_eq!(r.exit_code(), 1, "--break {flag}");
     }
 }
+
+/// The first finding, closed: an engine whose cache never engages passed the boundary matrix when it
+/// declared no rule. The adapter declares `reuse_rule=strict`, so the same matrix fails with `--break no-cache`.
+#[test]
+#[ignore = "needs python3; .ci/run runs the ignored tests"]
+fn the_example_scenario_passes_and_a_cache_that_never_engages_fails_it() {
+    use kvproof::record::{CheckName, Verdict};
+    use kvproof::scenario::{load_file, EngineSpec};
+    use kvproof::session::{run_scenarios, RunOptions};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/python-adapter/boundary.json");
+    for (flag, pass) in [(None, true), (Some("no-cache"), false)] {
+        let mut s = load_file(&path).expect("scenario");
+        if let EngineSpec::Command { command, .. } = &mut s.engine {
+            *command = adapter();
+            command.extend(flag.map(|f| ["--break".to_string(), f.to_string()]).into_iter().flatten());
+        }
+        let out = std::env::temp_dir().join(format!("kvproof-adapter-{}-{pass}", std::process::id()));
+        let opts = RunOptions { out: out.clone(), fault: None, progress: false, command: vec![] };
+        let (summary, trials) = run_scenarios(&[s], &opts).expect("run");
+        let _ = std::fs::remove_dir_all(&out);
+        assert_eq!(summary.pass, pass, "{flag:?}: {:#?}", trials.iter().find(|t| t.verdict != Verdict::Pass));
+        if !pass {
+            assert!(summary.scenarios[0].caught_by.contains(&CheckName::Reuse), "{:?}", summary.scenarios[0]);
+        }
+    }
+}
