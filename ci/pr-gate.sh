@@ -9,7 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build --release -p kvproof --bin kvproof
+# kvproof-engine too: the stdio scenarios serve bundled engines through it
+cargo build --release --bin kvproof --bin kvproof-engine
 
 reports=${KVPROOF_REPORTS:-reports}
 stamp=$(date -u +%Y%m%d-%H%M%S)

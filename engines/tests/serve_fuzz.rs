@@ -141,6 +141,11 @@ impl Gen {
                     "4 0 1 logprobs=999999",
                     "4 0 1 top_k=-3",
                     "4 0 1 0 stray",
+                    "4 0 1 chat=2",
+                    "4 0 1 echo=yes",
+                    "4 0 1 cancel_at=x",
+                    "4 0 1 ids=1 chat=1",
+                    "4 0 1 chat=1",
                 ]);
                 bad(Self::submit(&ids, "0", p.len(), rest, &p), ErrorCode::BadRequest, Some(id), "bad value")
             }
@@ -181,9 +186,11 @@ impl Gen {
                 bad(format!("{verb} {ids}{eol}").into_bytes(), ErrorCode::NotFound, Some(id), "unknown id")
             }
             13 => {
-                let (line, id) = match self.rng.below(3) {
+                let (line, id) = match self.rng.below(5) {
                     0 => ("STOP\n".to_string(), None),
                     1 => (format!("CANCEL {ids} now\n"), Some(id)),
+                    2 => ("RESET\n".to_string(), None),
+                    3 => (format!("RESET {ids} 0\n"), Some(id)),
                     _ => (format!("DUMP {ids} 0\n"), Some(id)),
                 };
                 bad(line.into_bytes(), ErrorCode::BadFrame, id, "wrong field count")

@@ -137,13 +137,13 @@ impl Raw {
         caps
     }
 
-    /// The next frame: its header and, for DATA, its text (checked to end in a newline).
+    /// The next frame: its header and, for DATA and PROMPT, its counted body (checked to end in a newline).
     fn frame(&mut self) -> (String, Option<Vec<u8>>) {
         let header = self.line_str();
-        if header.starts_with("DATA ") {
-            let n: usize = header.split(' ').nth(2).and_then(|n| n.parse().ok()).expect("DATA <n>");
+        if header.starts_with("DATA ") || header.starts_with("PROMPT ") {
+            let n: usize = header.split(' ').nth(2).and_then(|n| n.parse().ok()).expect("DATA/PROMPT <n>");
             let text = self.bytes(n);
-            assert_eq!(self.bytes(1), b"\n", "DATA text must be followed by a newline");
+            assert_eq!(self.bytes(1), b"\n", "a counted body must be followed by a newline");
             return (header, Some(text));
         }
         (header, None)
@@ -596,4 +596,193 @@ fn audio_frames_travel_in_the_ext_block() {
     let bad = Request { id: 3, audio: vec![vec![1; frame + 1], vec![2; frame + 1]], ..req };
     assert_eq!(e.submit(&bad).expect_err("wrong size").code(), Some(&ErrorCode::BadRequest));
     assert!(e.shutdown().expect("exit").success());
+}
+
+// -----------------------------------------------------------------------------------------------------------------
+// Additions to revision 1: declared rules, chat and echo, RESET, cancel_at, config overrides.
+
+fn spawn_with(args: &[&str]) -> StdioEngine {
+    let mut cmd = vec![BIN.to_string()];
+    cmd.extend(args.iter().map(|s| s.to_string()));
+    StdioEngine::spawn(&cmd, &[], TIMEOUT).expect("engine starts")
+}
+
+#[test]
+fn caps_declare_each_archs_reuse_rule_and_the_extensions() {
+    for (arch, rule) in [("inkling", "strict"), ("kimi", "strict"), ("deepseek", "strict"), ("glm", "lcp")] {
+        let e = spawn_with(&["--arch", arch, "--preset", "tiny"]);
+        assert_eq!(e.caps().reuse_rule(), Some(rule), "{arch}");
+        assert_eq!(e.caps().get("kv_share"), None, "{arch}: sharing is off by default");
+        for flag in ["chat", "echo", "reset", "cancel_at"] {
+            assert!(e.caps().flag(flag), "{arch} {flag}");
+        }
+        assert!(e.caps().keeps_state_on().is_empty(), "the bundled engines spoil a slot on every failure");
+        assert!(e.shutdown().expect("exit").success());
+    }
+    let e = spawn_with(&["--arch", "glm53", "--preset", "tiny"]);
+    let rows = e.caps().number("prompt_rows").expect("glm53 has a grid");
+    assert_eq!(e.caps().reuse_rule(), Some(format!("grid:{rows}").as_str()));
+    drop(e);
+    // a config override reaches the served engine: glm with sharing on says so
+    let e = spawn_with(&["--arch", "glm", "--preset", "tiny", "--config", r#"{"kv_share": true}"#]);
+    assert_eq!((e.caps().reuse_rule(), e.caps().get("kv_share")), (Some("lcp"), Some("1")));
+    drop(e);
+    // an override the config does not have is a start-up error naming it
+    let out = Command::new(BIN)
+        .args(["--arch", "inkling", "--preset", "tiny", "--config", r#"{"kv_shared": true}"#])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("kv_shared"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn config_overrides_give_the_weights_an_in_process_engine_gets() {
+    use kvproof_engines::bundled::ModelConfig;
+    use kvproof_engines::config::Preset;
+    // the same arch, preset, seed and overrides: the model hash in CAPS is the in-process engine's
+    let overrides = serde_json::json!({"kv_share": true});
+    let config =
+        ModelConfig::with_overrides("glm", Preset::Tiny, overrides.as_object().expect("an object")).expect("preset");
+    let weights = kvproof_engines::fixture::generate_weights(&config, 3).expect("weights");
+    let local = kvproof_engines::bundled::open(config, weights, None).expect("open");
+    let e = spawn_with(&["--arch", "glm", "--preset", "tiny", "--seed", "3", "--config", r#"{"kv_share":true}"#]);
+    assert_eq!(e.caps().model(), Some(local.info().model_hash.as_str()));
+}
+
+#[test]
+fn chat_payloads_are_rendered_with_the_template_and_echoed() {
+    use kvproof_engines::chat::{render_text, TextMessage};
+    let msg = |role: &str, content: &str| TextMessage { role: role.into(), content: content.into() };
+    let mut messages = vec![msg("system", "be brief"), msg("user", "hello there")];
+    let mut e = spawn();
+    let r1 = e.submit_chat(1, 0, &messages, 6, false, true).expect("turn 1");
+    let p1 = render_text(&messages).expect("render");
+    assert_eq!(r1.prompt_ids.as_deref(), Some(&p1[..]), "PROMPT carries the ids the template made");
+    assert_eq!(r1.done.prompt_tokens, Some(p1.len()));
+    // the same conversation as ids gives the same reply on a fresh engine
+    assert_eq!(r1.tokens, cold(&p1, 6).tokens);
+    assert_eq!(r1.pieces.concat(), r1.text);
+
+    // turn 2: the reply as the assistant's text, then a user message
+    let reply_text: Vec<u8> =
+        if r1.tokens.last() == Some(&EOS) { r1.pieces[..r1.pieces.len() - 1].concat() } else { r1.pieces.concat() };
+    messages.push(msg("assistant", &String::from_utf8_lossy(&reply_text)));
+    messages.push(msg("user", "and more"));
+    let r2 = e.submit_chat(2, 0, &messages, 6, false, true).expect("turn 2");
+    let p2 = r2.prompt_ids.clone().expect("echoed");
+    assert_eq!(p2, render_text(&messages).expect("render"));
+    let mut fed = p1.clone();
+    fed.extend_from_slice(&r1.tokens[..r1.tokens.len() - 1]);
+    // strict prefix: everything turn 1 fed when turn 2's ids extend it (a reply that renders back to its own ids)
+    let expected = if p2.len() > fed.len() && p2.starts_with(&fed) { fed.len() } else { 0 };
+    assert_eq!(r2.reused(), Some(expected));
+    assert_eq!(r2.tokens, cold(&p2, 6).tokens);
+
+    // without echo there is no PROMPT frame
+    let r3 = e.submit_chat(3, 0, &messages[..2], 2, false, false).expect("no echo");
+    assert_eq!(r3.prompt_ids, None);
+    assert!(e.shutdown().expect("exit").success());
+
+    // bad conversations
+    let mut raw = Raw::spawn(&[]);
+    raw.start();
+    expect(&mut raw, b"SUBMIT 1 0 2 4 0 1 chat=1\n[]\n", "ERROR 1 EMPTY_PROMPT");
+    expect(&mut raw, b"SUBMIT 2 0 5 4 0 1 chat=1\nhello\n", "ERROR 2 BAD_REQUEST");
+    let robot = br#"[{"role":"robot","content":"x"}]"#;
+    let mut bytes = format!("SUBMIT 3 0 {} 4 0 1 chat=1\n", robot.len()).into_bytes();
+    bytes.extend_from_slice(robot);
+    bytes.push(b'\n');
+    expect(&mut raw, &bytes, "ERROR 3 BAD_REQUEST");
+    expect(&mut raw, b"SUBMIT 4 0 3 4 0 1 chat=1 ids=1\n1 2\n", "ERROR 4 BAD_REQUEST");
+    // echo of a text prompt: PROMPT before the first DATA
+    raw.send(b"SUBMIT 5 0 2 2 0 1 echo=1\nhi\n");
+    let frames = raw.frames_until(|h| h.starts_with("DONE 5 "));
+    assert_eq!(frames[0].0, "PROMPT 5 7");
+    assert_eq!(raw_body(&frames[0]), b"104 105");
+    assert!(frames[1].0.starts_with("DATA 5 "), "{frames:?}");
+    let (status, _) = raw.finish();
+    assert!(status.success());
+}
+
+fn raw_body(frame: &(String, Option<Vec<u8>>)) -> Vec<u8> {
+    frame.1.clone().unwrap_or_default()
+}
+
+#[test]
+fn reset_forgets_every_slot() {
+    let mut e = spawn();
+    let p1 = first_prompt();
+    let r1 = e.submit(&request(1, &p1, 8)).expect("turn 1");
+    let p2 = next_prompt(&p1, &r1.tokens, "and more");
+    assert!(e.submit(&request(2, &p2, 8)).expect("turn 2").reused() > Some(0));
+    e.reset().expect("RESET answered CLEARED");
+    // the same turn 1 again: nothing to reuse, the fresh engine's reply
+    let again = e.submit(&request(3, &p1, 8)).expect("after reset");
+    assert_eq!((again.reused(), &again.tokens), (Some(0), &r1.tokens));
+    assert!(e.shutdown().expect("exit").success());
+
+    // RESET behind a generating request is answered after it ends
+    let mut raw = Raw::spawn(&[]);
+    raw.start();
+    let mut bytes = submit_ids(1, &first_prompt(), 40, " ignore_eos=1");
+    bytes.extend_from_slice(b"RESET 7\n");
+    raw.send(&bytes);
+    let frames = raw.frames_until(|h| h.starts_with("CLEARED 7"));
+    assert!(frames[frames.len() - 2].0.starts_with("DONE 1 "), "{:?}", &frames[frames.len() - 2..]);
+    expect(&mut raw, b"RESET\n", "ERROR - BAD_FRAME");
+    expect(&mut raw, b"RESET 8 0\n", "ERROR 8 BAD_FRAME");
+    let (status, _) = raw.finish();
+    assert!(status.success());
+}
+
+#[test]
+fn cancel_at_fails_the_request_at_its_prefill_poll_and_spoils_the_slot() {
+    use kvproof_engines::serve::SubmitExtras;
+    let mut e = spawn();
+    let p1 = first_prompt();
+    let r1 = e.submit(&request(1, &p1, 8)).expect("turn 1");
+    let mut p2 = next_prompt(&p1, &r1.tokens, "a longer question, long enough to take several prefill segments");
+    p2.extend(text(" and then some more words to make it longer still"));
+    let at = SubmitExtras { echo: true, cancel_at: Some(0) };
+    let err = e.submit_with(&request(2, &p2, 8), at, &mut kvproof_engines::engine::NoObserver).expect_err("cancelled");
+    assert_eq!(err.code(), Some(&ErrorCode::Cancelled), "{err}");
+    // the cancelled prompt extended: the half-written state is not reused
+    let p3 = next_prompt(&p2, &[], "after");
+    let r3 = e.submit(&request(3, &p3, 8)).expect("turn 3");
+    assert_eq!(r3.reused(), Some(0));
+    assert_eq!(r3.tokens, cold(&p3, 8).tokens);
+    // a poll the request never reaches: it runs to DONE like any other
+    let p4 = next_prompt(&p3, &r3.tokens, "go on");
+    let late = SubmitExtras { echo: false, cancel_at: Some(1_000_000) };
+    let r4 = e.submit_with(&request(4, &p4, 8), late, &mut kvproof_engines::engine::NoObserver).expect("turn 4");
+    assert_eq!(r4.reused(), Some(p3.len() + r3.tokens.len() - 1));
+    assert_eq!(r4.tokens, cold(&p4, 8).tokens);
+    assert!(e.shutdown().expect("exit").success());
+}
+
+/// While a request generates, STOP of an unknown id is answered at once, before that request's DONE; once nothing
+/// generates, frames are answered in order, so `STOP <fresh id>` is a barrier behind a late STOP.
+#[test]
+fn not_found_comes_back_at_once_and_is_a_barrier_when_idle() {
+    let mut raw = Raw::spawn(&[]);
+    raw.start();
+    raw.send(&submit_ids(5, &first_prompt(), 500, " ignore_eos=1"));
+    let first = raw.frame();
+    assert!(first.0.starts_with("DATA 5 "), "{first:?}");
+    raw.send(b"STOP 999\n");
+    let frames = raw.frames_until(|h| h.starts_with("ERROR 999 "));
+    assert!(frames.iter().all(|(h, _)| h.starts_with("DATA 5 ") || h.starts_with("ERROR 999 NOT_FOUND")), "{frames:?}");
+    raw.send(b"STOP 5\n");
+    let frames = raw.frames_until(|h| h.starts_with("DONE 5 "));
+    let done: Vec<&str> = frames.last().map(|(h, _)| h.split(' ').collect()).unwrap_or_default();
+    let emitted: usize = done[3].parse().expect("emitted");
+    assert!(emitted < 500 && done[8] == "0", "stopped, so NOT_FOUND 999 came before its DONE: {done:?}");
+    // idle: a late STOP and a barrier come back in the order they were sent
+    raw.send(b"STOP 5\nSTOP 1000\n");
+    assert!(raw.line_str().starts_with("ERROR 5 NOT_FOUND"));
+    assert!(raw.line_str().starts_with("ERROR 1000 NOT_FOUND"));
+    let (status, _) = raw.finish();
+    assert!(status.success());
 }

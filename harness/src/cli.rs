@@ -11,7 +11,7 @@ use kvproof::record::CheckName;
 use kvproof::record::Summary;
 use kvproof::scenario::{self, CaseName, Kind};
 use kvproof::session::{self, RunOptions};
-use kvproof::{mutants, progress, report, stats};
+use kvproof::{conformance, mutants, progress, report, stats};
 use kvproof_engines::config::Preset;
 use kvproof_engines::fault::Fault;
 
@@ -137,6 +137,20 @@ enum Cmd {
     },
     /// Print the JSON schema of scenario files (scenarios/schema.json is this output).
     Schema,
+    /// Start an engine process and check it against the stdio protocol (docs/protocol.md) frame by frame: exit 0
+    /// when it violates nothing, 1 when it does, 2 when it cannot start.
+    #[command(after_help = EXIT_CODES)]
+    Conformance {
+        /// How long any one answer may take, in milliseconds.
+        #[arg(long, value_name = "MS", default_value_t = 30_000)]
+        timeout_ms: u64,
+        /// Print the findings as JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// The engine's command line, after `--` (`kvproof-engine` is found next to kvproof).
+        #[arg(required = true, last = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
     /// Append finished run folders' headline numbers to the nightly history CSV and redraw its trend plots.
     #[command(after_help = EXIT_CODES)]
     History {
@@ -232,6 +246,17 @@ pub fn main(cli: Cli) -> Result<i32> {
         Cmd::Schema => {
             print!("{}", scenario::schema_json());
             Ok(exit::PASS)
+        }
+        Cmd::Conformance { timeout_ms, json, command } => {
+            let command = kvproof::driver::resolve_program(&command);
+            let options = conformance::Options { timeout: std::time::Duration::from_millis(timeout_ms.max(1)) };
+            let report = conformance::run(&command, options)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", report.render());
+            }
+            Ok(report.exit_code())
         }
         Cmd::List { json } => {
             list(json)?;

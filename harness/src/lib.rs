@@ -8,10 +8,12 @@
 //! `oracle` (the expected reuse of a turn, per arch), `conversation` (transcripts and prompt edits),
 //! `cases` (boundary matrix and stress pairs), `runner` (warm/cold/control execution), `check` (the
 //! comparisons), `stats` (Clopper–Pearson), `report` (artifacts and summaries), `mutants` (fault injection
-//! sweeps), `session` (a whole run: engines, artifacts, verdict). The command line is the binary's `cli`.
+//! sweeps), `session` (a whole run: engines, artifacts, verdict), `conformance` (an engine process checked
+//! against the stdio protocol). The command line is the binary's `cli`.
 
 pub mod cases;
 pub mod check;
+pub mod conformance;
 pub mod conversation;
 pub mod driver;
 pub mod history;

@@ -20,8 +20,10 @@
 //! everything its slot fed must reuse something (`SlotBook::must_reuse`).
 //!
 //! A request that fails mid-way (cancelled, context exceeded, engine error) taints its slot: its state is
-//! half-updated, so nothing is reusable there. A request refused before it starts (bad request, empty prompt)
-//! leaves the slot as it was. A block cache keeps what earlier requests cached whatever a later one does.
+//! half-updated, so nothing is reusable there — unless the engine declares that a failure with that code leaves
+//! the slot as it was (CAPS `keeps_state_on=`, `SlotBook::keeping_state_on`). A request refused before it starts
+//! (bad request, empty prompt) leaves the slot as it was. A block cache keeps what earlier requests cached whatever
+//! a later one does. docs/protocol.md ("What kvproof assumes of an engine") states these rules for engine authors.
 
 use kvproof_engines::engine::{EngineInfo, Request};
 use kvproof_engines::tokenizer::AUDIO;
@@ -220,11 +222,20 @@ pub struct SlotBook {
     slots: Vec<SlotHistory>,
     /// Every sequence a completed request fed, for a block cache shared by all requests.
     cached: Vec<Vec<u32>>,
+    /// Failure codes after which the engine declares the slot unchanged.
+    keeps_state_on: Vec<String>,
 }
 
 impl SlotBook {
     pub fn new(rule: Option<Rule>) -> Self {
-        SlotBook { rule, slots: Vec::new(), cached: Vec::new() }
+        SlotBook { rule, slots: Vec::new(), cached: Vec::new(), keeps_state_on: Vec::new() }
+    }
+
+    /// The engine declares that a request failing with one of `codes` leaves its slot exactly as it was
+    /// (e.g. `CONTEXT_EXCEEDED` checked before anything is fed).
+    pub fn keeping_state_on(mut self, codes: &[String]) -> Self {
+        self.keeps_state_on = codes.to_vec();
+        self
     }
 
     pub fn rule(&self) -> Option<Rule> {
@@ -279,6 +290,11 @@ impl SlotBook {
     pub fn after(&mut self, req: &Request, outcome: Outcome<'_>) {
         if self.slots.len() <= req.slot {
             self.slots.resize(req.slot + 1, SlotHistory::default());
+        }
+        if let Outcome::Failed { code } = outcome {
+            if self.keeps_state_on.iter().any(|c| c == code) {
+                return;
+            }
         }
         // Without a rule, what a slot fed is tracked as a strict-prefix engine tracks it.
         let rule = self.rule.unwrap_or(Rule::StrictPrefix { audio_taints: false });
@@ -368,6 +384,16 @@ mod tests {
         for code in ["BAD_REQUEST", "EMPTY_PROMPT", "SLOT_BUSY"] {
             assert_eq!(INK.after(&h, &req(&[1, 2, 3]), Outcome::Failed { code }), h, "{code}");
         }
+    }
+
+    #[test]
+    fn a_failure_the_engine_declares_harmless_leaves_the_slot_alone() {
+        let mut book = SlotBook::new(Some(INK)).keeping_state_on(&["CONTEXT_EXCEEDED".to_string()]);
+        book.after(&req(&[1, 2]), Outcome::Completed { reply: &[3, 4] });
+        book.after(&req(&[1, 2, 3, 4, 5, 6]), Outcome::Failed { code: "CONTEXT_EXCEEDED" });
+        assert_eq!(book.expected(&req(&[1, 2, 3, 9])), Some(3), "what turn 1 fed is still reusable");
+        book.after(&req(&[1, 2, 3, 4, 5]), Outcome::Failed { code: "CANCELLED" });
+        assert_eq!(book.expected(&req(&[1, 2, 3, 9])), Some(0), "an undeclared failure spoils the slot");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use kvproof::record::{CheckName, Status, TrialRecord, Verdict};
 use kvproof::report;
-use kvproof::scenario::{load_file, load_paths, CaseName, EngineSpec, Kind, Params, Scenario};
+use kvproof::scenario::{load_file, load_paths, CaseName, EngineSpec, Kind, Params, Scenario, Via};
 use kvproof::session::{run_scenarios, RunOptions};
 
 fn repo() -> PathBuf {
@@ -53,16 +53,21 @@ fn run(name: &str, scenarios: &[Scenario]) -> (kvproof::record::Summary, Vec<Tri
 #[test]
 fn pr_scenarios_are_shaped_for_the_gate() {
     let scenarios = load_paths(&[repo().join("scenarios/pr")]).expect("load scenarios/pr");
-    // every engine has a boundary matrix and a stress gate of at least 299 pairs at 1% / 95%
+    // every engine has a boundary matrix and a stress gate of at least 299 pairs at 1% / 95% in-process, and a
+    // boundary matrix served over stdio (so the serve layer is under the gate too)
     for arch in ARCHES {
-        let of = |kind: Kind| {
+        let of = |kind: Kind, how: Via| {
             scenarios
                 .iter()
-                .filter(|s| s.kind == kind && matches!(&s.engine, EngineSpec::Bundled { arch: a, .. } if a == arch))
+                .filter(|s| {
+                    s.kind == kind
+                        && matches!(&s.engine, EngineSpec::Bundled { arch: a, via, .. } if a == arch && *via == how)
+                })
                 .count()
         };
-        assert_eq!(of(Kind::BoundaryMatrix), 1, "{arch} boundary scenarios");
-        assert_eq!(of(Kind::StressPairs), 1, "{arch} stress scenarios");
+        assert_eq!(of(Kind::BoundaryMatrix, Via::InProcess), 1, "{arch} boundary scenarios");
+        assert_eq!(of(Kind::StressPairs, Via::InProcess), 1, "{arch} stress scenarios");
+        assert_eq!(of(Kind::BoundaryMatrix, Via::Stdio), 1, "{arch} boundary scenarios over stdio");
     }
     // every scenario requires the checks a pass must rest on: a pass with them skipped fails the gate
     for s in &scenarios {

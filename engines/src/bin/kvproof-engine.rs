@@ -8,9 +8,12 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use clap::{ArgGroup, Parser};
 use kvproof_engines::bundled;
+use kvproof_engines::bundled::ModelConfig;
 use kvproof_engines::config::Preset;
+use kvproof_engines::engine::EngineInfo;
 use kvproof_engines::fault::Fault;
 use kvproof_engines::serve::{serve, serve_http, HttpOptions, ServeError, ServeOptions};
+use serde_json::{Map, Value};
 
 /// Serve a bundled engine over stdio, speaking the kvproof serve protocol (see docs/protocol.md).
 ///
@@ -39,6 +42,11 @@ struct Cli {
     #[arg(long, value_parser = parse_fault, conflicts_with = "bench")]
     fault: Option<Fault>,
 
+    /// With --preset: a JSON object overriding fields of the preset's model config before the weights are
+    /// generated, e.g. '{"kv_share": true}' (as a scenario's `engine.config`).
+    #[arg(long, value_name = "JSON", value_parser = parse_overrides, requires = "preset")]
+    config: Option<Map<String, Value>>,
+
     /// Run the benchmarks instead of serving, and print the report.
     #[arg(long)]
     bench: bool,
@@ -59,6 +67,30 @@ fn parse_preset(s: &str) -> Result<Preset, String> {
 
 fn parse_fault(s: &str) -> Result<Fault, String> {
     s.parse::<Fault>().map_err(|e| e.to_string())
+}
+
+fn parse_overrides(s: &str) -> Result<Map<String, Value>, String> {
+    match serde_json::from_str(s) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err("not a JSON object".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The preset's config with `overrides` applied and validated by the arch's registry entry (errors name the key
+/// at fault, as for a scenario's `engine.config`).
+fn model_config(arch: &str, preset: Preset, overrides: &Map<String, Value>) -> anyhow::Result<ModelConfig> {
+    ModelConfig::with_overrides(arch, preset, overrides).map_err(|e| anyhow::anyhow!("--config: {e}"))
+}
+
+/// The reuse rule a bundled engine follows, as CAPS `reuse_rule=` declares it (docs/protocol.md).
+fn reuse_rule(info: &EngineInfo) -> Option<String> {
+    match info.arch.as_str() {
+        "inkling" | "kimi" | "deepseek" => Some("strict".into()),
+        "glm" => Some("lcp".into()),
+        "glm53" => info.prompt_rows.filter(|&r| r > 0).map(|r| format!("grid:{r}")),
+        _ => None,
+    }
 }
 
 fn main() -> ExitCode {
@@ -86,31 +118,43 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         return Ok(());
     }
 
-    let mut engine = match (&cli.model, cli.preset) {
+    let (mut engine, kv_share) = match (&cli.model, cli.preset) {
         (Some(dir), None) => {
             let engine = bundled::open_dir(dir, cli.fault).with_context(|| format!("opening {}", dir.display()))?;
             let arch = engine.info().arch;
             if let Some(want) = cli.arch.as_deref().filter(|want| *want != arch) {
                 bail!("--arch {want} given, but {} holds a {arch} model", dir.display());
             }
-            engine
+            let config = ModelConfig::load(&dir.join("config.json"))?;
+            (engine, config.kv_share())
         }
         (None, Some(preset)) => {
             // clap makes --preset require --arch
             let arch = cli.arch.as_deref().context("--preset needs --arch")?;
-            bundled::open_preset(arch, preset, cli.seed, cli.fault)
-                .with_context(|| format!("opening {arch} --preset {preset} --seed {}", cli.seed))?
+            let opening = || format!("opening {arch} --preset {preset} --seed {}", cli.seed);
+            let config = model_config(arch, preset, &cli.config.clone().unwrap_or_default()).with_context(opening)?;
+            let kv_share = config.kv_share();
+            // The same weights an in-process engine of this arch, preset, seed and config gets.
+            let weights = kvproof_engines::fixture::generate_weights(&config, cli.seed).with_context(opening)?;
+            (bundled::open(config, weights, cli.fault).with_context(opening)?, kv_share)
         }
         // clap requires exactly one of --model, --preset (or --bench)
         _ => bail!("give --model DIR or --arch A --preset tiny|small|bench [--seed N] (or --bench)"),
     };
 
     if let Some(port) = cli.http {
-        return serve_over_http(engine.as_mut(), port, cli.model.as_deref());
+        return serve_over_http(engine.as_mut(), port, kv_share);
     }
 
+    let mut options = ServeOptions::from_env();
+    if let Some(rule) = reuse_rule(&engine.info()) {
+        options.caps.push(("reuse_rule".into(), rule));
+    }
+    if kv_share {
+        options.caps.push(("kv_share".into(), "1".into()));
+    }
     let output = BufWriter::new(std::io::stdout().lock());
-    match serve(engine.as_mut(), std::io::stdin(), output, std::io::stderr(), ServeOptions::from_env()) {
+    match serve(engine.as_mut(), std::io::stdin(), output, std::io::stderr(), options) {
         Ok(()) => Ok(()),
         // The client went away: nobody is left to answer, which is a normal end.
         Err(ServeError::Write(e)) if e.kind() == ErrorKind::BrokenPipe => Ok(()),
@@ -119,19 +163,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 /// Serve `engine` over HTTP on 127.0.0.1:`port` until the process is stopped.
-fn serve_over_http(
-    engine: &mut dyn kvproof_engines::engine::Engine,
-    port: u16,
-    model_dir: Option<&std::path::Path>,
-) -> anyhow::Result<()> {
+fn serve_over_http(engine: &mut dyn kvproof_engines::engine::Engine, port: u16, kv_share: bool) -> anyhow::Result<()> {
     let listener =
         std::net::TcpListener::bind(("127.0.0.1", port)).with_context(|| format!("binding 127.0.0.1:{port}"))?;
     let addr = listener.local_addr()?;
-    // a model directory's config may turn cross-slot sharing on; the harness's oracle needs to know
-    let kv_share = match model_dir {
-        Some(dir) => kvproof_engines::bundled::ModelConfig::load(&dir.join("config.json"))?.kv_share(),
-        None => false,
-    };
     let options = HttpOptions { prefix_log: ServeOptions::from_env().prefix_log, kv_share, ..HttpOptions::default() };
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "listening on http://{addr}/v1")?;

@@ -12,9 +12,12 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::chat::TextMessage;
 use crate::engine::Flow;
 use crate::engine::{NoObserver, Observer, Reply, Request, StopReason, Timings, TokenEvent};
-use crate::serve::frame::{Caps, Command, DoneFrame, EngineFrame, EngineFrameReader, ErrorCode, ErrorFrame};
+use crate::serve::frame::{
+    Caps, Command, DoneFrame, EngineFrame, EngineFrameReader, ErrorCode, ErrorFrame, SubmitFrame,
+};
 use crate::serve::request;
 use crate::tokenizer::EOS;
 
@@ -86,6 +89,10 @@ pub struct ClientReply {
     pub tops: Vec<Vec<(u32, f32)>>,
     /// The DATA texts, concatenated.
     pub text: Vec<u8>,
+    /// Each DATA frame's text.
+    pub pieces: Vec<Vec<u8>>,
+    /// The prompt ids the engine fed, when it echoed them (`echo=1`: a PROMPT frame).
+    pub prompt_ids: Option<Vec<u32>>,
     /// Every DATA frame carried `tid=` (else `tokens` is incomplete).
     pub ids_complete: bool,
     pub done: DoneFrame,
@@ -136,6 +143,15 @@ impl ClientReply {
             prefix_log: String::new(),
         })
     }
+}
+
+/// Options of a SUBMIT beyond the request itself (each needs the engine to declare it in CAPS).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SubmitExtras {
+    /// `echo=1`: the engine reports the prompt ids it fed (`ClientReply::prompt_ids`).
+    pub echo: bool,
+    /// `cancel_at=N`: the engine cancels the request at its N-th prefill poll.
+    pub cancel_at: Option<usize>,
 }
 
 /// What the reader threads report.
@@ -266,23 +282,78 @@ impl StdioEngine {
     /// Run one request, showing each token to `observer`: `Flow::Stop` sends STOP, `Flow::Cancel` sends CANCEL
     /// (then the result is `Err` with code CANCELLED, unless the engine had already finished).
     pub fn submit_observed(&mut self, req: &Request, observer: &mut dyn Observer) -> Result<ClientReply, ClientError> {
-        if req.id >= CLIENT_IDS {
-            return Err(ClientError::Request(format!("request id {} is in the client's reserved range", req.id)));
+        self.submit_with(req, SubmitExtras::default(), observer)
+    }
+
+    /// Run one request with `extras` (`echo=1`, `cancel_at=N`), showing each token to `observer`.
+    pub fn submit_with(
+        &mut self,
+        req: &Request,
+        extras: SubmitExtras,
+        observer: &mut dyn Observer,
+    ) -> Result<ClientReply, ClientError> {
+        let mut frame = request::to_frame(req).map_err(ClientError::Request)?;
+        frame.echo = extras.echo;
+        frame.cancel_at = extras.cancel_at;
+        self.run_frame(frame, req.prompt.len(), observer)
+    }
+
+    /// Run a conversation given as text (`chat=1`): the engine renders it with its own template and tokenizer.
+    /// With `echo`, the reply carries the prompt ids it fed.
+    pub fn submit_chat(
+        &mut self,
+        id: u64,
+        slot: usize,
+        messages: &[TextMessage],
+        max_tokens: usize,
+        ignore_eos: bool,
+        echo: bool,
+    ) -> Result<ClientReply, ClientError> {
+        let mut frame = request::chat_frame(id, slot, messages, max_tokens, ignore_eos);
+        frame.echo = echo;
+        self.run_frame(frame, 0, &mut NoObserver)
+    }
+
+    /// Forget every slot's state (RESET); returns once the engine answered CLEARED.
+    pub fn reset(&mut self) -> Result<(), ClientError> {
+        let id = self.client_id();
+        let deadline = Instant::now() + self.timeout;
+        self.send(&Command::Reset { id }.to_bytes())?;
+        let waiting = format!("the answer to RESET {id}");
+        match self.recv(deadline, &waiting)? {
+            EngineFrame::Cleared { id: got } if got == id => Ok(()),
+            EngineFrame::Error(e) if e.id == Some(id) => Err(ClientError::Engine { frame: e }),
+            other => Err(self.protocol(&waiting, format!("unexpected frame {other:?}"))),
         }
-        let frame = request::to_frame(req).map_err(ClientError::Request)?;
+    }
+
+    /// Send one SUBMIT and collect its frames to DONE or ERROR (`prompt_len`: the prompt's length as sent, for
+    /// a DONE that omits it).
+    fn run_frame(
+        &mut self,
+        frame: SubmitFrame,
+        prompt_len: usize,
+        observer: &mut dyn Observer,
+    ) -> Result<ClientReply, ClientError> {
+        let id = frame.id;
+        if id >= CLIENT_IDS {
+            return Err(ClientError::Request(format!("request id {id} is in the client's reserved range")));
+        }
         let start = Instant::now();
         let deadline = start + self.timeout;
         self.send(&Command::Submit(frame).to_bytes())?;
-        let waiting = format!("the answer to SUBMIT {}", req.id);
+        let waiting = format!("the answer to SUBMIT {id}");
         let mut reply = ClientReply {
-            id: req.id,
+            id,
             tokens: Vec::new(),
             gaps: Vec::new(),
             tops: Vec::new(),
             text: Vec::new(),
+            pieces: Vec::new(),
+            prompt_ids: None,
             ids_complete: true,
             done: DoneFrame {
-                id: req.id,
+                id,
                 emitted: 0,
                 tok_s: 0.0,
                 hit_pct: 0.0,
@@ -292,13 +363,17 @@ impl StdioEngine {
                 reused: None,
             },
             late_interrupt: false,
-            prompt_len: req.prompt.len(),
+            prompt_len,
             wall: Duration::ZERO,
         };
         let mut interrupted = false;
         let end = loop {
             match self.recv(deadline, &waiting)? {
-                EngineFrame::Data(d) if d.id == req.id => {
+                EngineFrame::Prompt(p) if p.id == id && reply.prompt_ids.is_none() && reply.pieces.is_empty() => {
+                    reply.prompt_len = p.ids.len();
+                    reply.prompt_ids = Some(p.ids);
+                }
+                EngineFrame::Data(d) if d.id == id => {
                     match d.tid {
                         Some(tid) => reply.tokens.push(tid),
                         None => reply.ids_complete = false,
@@ -306,13 +381,14 @@ impl StdioEngine {
                     reply.gaps.push(d.gap.unwrap_or(f32::NAN));
                     reply.tops.push(d.top.clone());
                     reply.text.extend_from_slice(&d.text);
+                    reply.pieces.push(d.text.clone());
                     if !interrupted {
                         let event =
                             TokenEvent { id: d.tid.unwrap_or(u32::MAX), gap: d.gap.unwrap_or(f32::NAN), top: d.top };
                         let command = match observer.on_token(&event) {
                             Flow::Continue => None,
-                            Flow::Stop => Some(Command::Stop { id: req.id }),
-                            Flow::Cancel => Some(Command::Cancel { id: req.id }),
+                            Flow::Stop => Some(Command::Stop { id }),
+                            Flow::Cancel => Some(Command::Cancel { id }),
                         };
                         if let Some(command) = command {
                             self.send(&command.to_bytes())?;
@@ -320,14 +396,14 @@ impl StdioEngine {
                         }
                     }
                 }
-                EngineFrame::Done(d) if d.id == req.id => break Ok(d),
-                EngineFrame::Error(e) if e.id == Some(req.id) => break Err(e),
+                EngineFrame::Done(d) if d.id == id => break Ok(d),
+                EngineFrame::Error(e) if e.id == Some(id) => break Err(e),
                 other => return Err(self.protocol(&waiting, format!("unexpected frame {other:?}"))),
             }
         };
         reply.wall = start.elapsed();
         if interrupted {
-            reply.late_interrupt = self.barrier(req.id, deadline)?;
+            reply.late_interrupt = self.barrier(id, deadline)?;
         }
         match end {
             Ok(done) => {

@@ -1,7 +1,7 @@
 //! Wire syntax of the serve protocol (docs/protocol.md): reading and writing every frame, in both directions.
 //!
-//! Client -> engine: `SUBMIT`, `STOP`, `CANCEL`, `DUMP` ([`Command`]). Engine -> client: the READY marker, `CAPS`,
-//! `DATA`, `DONE`, `ERROR`, `DUMPED` ([`EngineFrame`]). Readers never trust a byte count they cannot honour and
+//! Client -> engine: `SUBMIT`, `STOP`, `CANCEL`, `DUMP`, `RESET` ([`Command`]). Engine -> client: the READY marker,
+//! `CAPS`, `PROMPT`, `DATA`, `DONE`, `ERROR`, `DUMPED`, `CLEARED` ([`EngineFrame`]). Readers never trust a byte count they cannot honour and
 //! always consume a declared payload before answering, so one bad frame never desynchronises the stream.
 
 use std::fmt;
@@ -108,7 +108,7 @@ impl Rejection {
 // Client -> engine
 
 /// A parsed `SUBMIT` frame (values checked for syntax and range; engine limits are checked by `request::build`).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct SubmitFrame {
     pub id: u64,
     pub slot: usize,
@@ -122,6 +122,12 @@ pub struct SubmitFrame {
     pub seed: u64,
     /// `ignore_eos=1`: generate `max_tokens` tokens even past eos.
     pub ignore_eos: bool,
+    /// `chat=1`: the payload is a JSON array of `{"role", "content"}` messages the engine renders itself.
+    pub chat: bool,
+    /// `echo=1`: the engine writes the prompt ids it fed (a `PROMPT` frame) before the first DATA.
+    pub echo: bool,
+    /// `cancel_at=N`: the engine cancels the request itself at its N-th (0-based) prefill progress poll.
+    pub cancel_at: Option<usize>,
     pub payload: Vec<u8>,
     pub ext: Vec<u8>,
 }
@@ -130,9 +136,21 @@ pub struct SubmitFrame {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
     Submit(SubmitFrame),
-    Stop { id: u64 },
-    Cancel { id: u64 },
-    Dump { id: u64, slot: usize, path: String },
+    Stop {
+        id: u64,
+    },
+    Cancel {
+        id: u64,
+    },
+    Dump {
+        id: u64,
+        slot: usize,
+        path: String,
+    },
+    /// Forget every slot's state and record (extension).
+    Reset {
+        id: u64,
+    },
 }
 
 /// The verb of a client frame.
@@ -142,6 +160,7 @@ pub enum Verb {
     Stop,
     Cancel,
     Dump,
+    Reset,
 }
 
 impl Verb {
@@ -151,6 +170,7 @@ impl Verb {
             "STOP" => Some(Verb::Stop),
             "CANCEL" => Some(Verb::Cancel),
             "DUMP" => Some(Verb::Dump),
+            "RESET" => Some(Verb::Reset),
             _ => None,
         }
     }
@@ -175,7 +195,7 @@ impl Command {
     pub fn id(&self) -> u64 {
         match self {
             Command::Submit(s) => s.id,
-            Command::Stop { id } | Command::Cancel { id } | Command::Dump { id, .. } => *id,
+            Command::Stop { id } | Command::Cancel { id } | Command::Dump { id, .. } | Command::Reset { id } => *id,
         }
     }
 
@@ -214,6 +234,15 @@ impl Command {
                 if s.ignore_eos {
                     out.extend_from_slice(b" ignore_eos=1");
                 }
+                if s.chat {
+                    out.extend_from_slice(b" chat=1");
+                }
+                if s.echo {
+                    out.extend_from_slice(b" echo=1");
+                }
+                if let Some(n) = s.cancel_at {
+                    out.extend_from_slice(format!(" cancel_at={n}").as_bytes());
+                }
                 out.push(b'\n');
                 out.extend_from_slice(&s.payload);
                 out.extend_from_slice(&s.ext);
@@ -222,6 +251,7 @@ impl Command {
             Command::Stop { id } => out.extend_from_slice(format!("STOP {id}\n").as_bytes()),
             Command::Cancel { id } => out.extend_from_slice(format!("CANCEL {id}\n").as_bytes()),
             Command::Dump { id, slot, path } => out.extend_from_slice(format!("DUMP {id} {slot} {path}\n").as_bytes()),
+            Command::Reset { id } => out.extend_from_slice(format!("RESET {id}\n").as_bytes()),
         }
         out
     }
@@ -273,7 +303,7 @@ pub fn read_command<R: BufRead>(r: &mut R) -> io::Result<Option<Result<Command, 
     let bad = |rejection: Rejection| Ok(Some(Err(BadCommand { verb: Some(verb), id, rejection })));
     match verb {
         Verb::Submit => read_submit(r, &fields, &line, id),
-        Verb::Stop | Verb::Cancel => {
+        Verb::Stop | Verb::Cancel | Verb::Reset => {
             if fields.len() != 2 {
                 return bad(Rejection::bad_frame(format!(
                     "{verb_text} takes exactly one field <id>, got {}",
@@ -286,6 +316,7 @@ pub fn read_command<R: BufRead>(r: &mut R) -> io::Result<Option<Result<Command, 
                     quote(fields[1].as_bytes())
                 ))),
                 Some(id) if verb == Verb::Stop => Ok(Some(Ok(Command::Stop { id }))),
+                Some(id) if verb == Verb::Reset => Ok(Some(Ok(Command::Reset { id }))),
                 Some(id) => Ok(Some(Ok(Command::Cancel { id }))),
             }
         }
@@ -381,20 +412,7 @@ fn submit_values(id: u64, fields: &[&str], has_ext: bool) -> Result<SubmitFrame,
     let temperature = temperature.ok_or_else(|| invalid("temp", fields[5], "must be a finite number >= 0"))?;
     let top_p = fields[6].parse::<f32>().ok().filter(|p| p.is_finite() && *p > 0.0 && *p <= 1.0);
     let top_p = top_p.ok_or_else(|| invalid("top_p", fields[6], "must be in (0, 1]"))?;
-    let mut frame = SubmitFrame {
-        id,
-        slot,
-        max_tokens,
-        temperature,
-        top_p,
-        ids: false,
-        logprobs: 0,
-        top_k: 0,
-        seed: 0,
-        ignore_eos: false,
-        payload: Vec::new(),
-        ext: Vec::new(),
-    };
+    let mut frame = SubmitFrame { id, slot, max_tokens, temperature, top_p, ..SubmitFrame::default() };
     let mut seen: Vec<&str> = Vec::new();
     for option in &fields[if has_ext { 8 } else { 7 }..] {
         let Some((key, value)) = option.split_once('=') else {
@@ -416,8 +434,22 @@ fn submit_values(id: u64, fields: &[&str], has_ext: bool) -> Result<SubmitFrame,
             "logprobs" => frame.logprobs = parse_count(value).ok_or_else(bad)?,
             "top_k" => frame.top_k = parse_count(value).ok_or_else(bad)?,
             "seed" => frame.seed = parse_count(value).ok_or_else(bad)?,
-            _ => return Err(invalid("option", option, "unknown (known: ids, logprobs, top_k, seed, ignore_eos)")),
+            "chat" => frame.chat = flag()?,
+            "echo" => frame.echo = flag()?,
+            "cancel_at" => frame.cancel_at = Some(parse_count(value).ok_or_else(bad)?),
+            _ => {
+                return Err(invalid(
+                    "option",
+                    option,
+                    "unknown (known: ids, logprobs, top_k, seed, ignore_eos, chat, echo, cancel_at)",
+                ))
+            }
         }
+    }
+    if frame.ids && frame.chat {
+        return Err(Rejection::bad_request(format!(
+            "SUBMIT {id}: ids=1 and chat=1 both name the payload's form; give one"
+        )));
     }
     Ok(frame)
 }
@@ -492,6 +524,40 @@ impl Caps {
     pub fn model(&self) -> Option<&str> {
         self.get("model").filter(|m| *m != "-")
     }
+    /// The reuse rule the engine declares (`strict`, `lcp`, `grid:R`, `block:B`, `none`), unparsed.
+    pub fn reuse_rule(&self) -> Option<&str> {
+        self.get("reuse_rule").filter(|r| *r != "-")
+    }
+    /// Whether SUBMIT accepts `chat=1`.
+    pub fn chat(&self) -> bool {
+        self.flag("chat")
+    }
+    /// Whether SUBMIT accepts `echo=1` (a PROMPT frame with the ids fed).
+    pub fn echo(&self) -> bool {
+        self.flag("echo")
+    }
+    /// Whether the RESET verb is supported.
+    pub fn reset(&self) -> bool {
+        self.flag("reset")
+    }
+    /// Whether SUBMIT accepts `cancel_at=N`.
+    pub fn cancel_at(&self) -> bool {
+        self.flag("cancel_at")
+    }
+    /// Error codes after which the engine declares the slot's state unchanged (`keeps_state_on=`, comma-separated).
+    pub fn keeps_state_on(&self) -> Vec<String> {
+        self.get("keeps_state_on")
+            .filter(|v| *v != "-")
+            .map(|v| v.split(',').filter(|c| !c.is_empty()).map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// The prompt ids a request fed (`echo=1`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PromptFrame {
+    pub id: u64,
+    pub ids: Vec<u32>,
 }
 
 /// One emitted token.
@@ -551,6 +617,12 @@ pub enum EngineFrame {
     Done(DoneFrame),
     Error(ErrorFrame),
     Dumped(DumpedFrame),
+    /// The prompt ids a request fed, before its first DATA (`echo=1`).
+    Prompt(PromptFrame),
+    /// The answer to RESET.
+    Cleared {
+        id: u64,
+    },
 }
 
 impl EngineFrame {
@@ -562,6 +634,8 @@ impl EngineFrame {
             EngineFrame::Done(d) => Some(d.id),
             EngineFrame::Error(e) => e.id,
             EngineFrame::Dumped(d) => Some(d.id),
+            EngineFrame::Prompt(p) => Some(p.id),
+            EngineFrame::Cleared { id } => Some(*id),
         }
     }
 
@@ -625,6 +699,13 @@ impl EngineFrame {
             EngineFrame::Dumped(d) => {
                 out.extend_from_slice(format!("DUMPED {} {} {}\n", d.id, d.path, d.bytes).as_bytes())
             }
+            EngineFrame::Prompt(p) => {
+                let body = p.ids.iter().map(u32::to_string).collect::<Vec<_>>().join(" ");
+                out.extend_from_slice(format!("PROMPT {} {}\n", p.id, body.len()).as_bytes());
+                out.extend_from_slice(body.as_bytes());
+                out.push(b'\n');
+            }
+            EngineFrame::Cleared { id } => out.extend_from_slice(format!("CLEARED {id}\n").as_bytes()),
         }
         out
     }
@@ -710,7 +791,35 @@ impl<R: BufRead> EngineFrameReader<R> {
                 Ok(d) => Ok(Some(Ok(EngineFrame::Dumped(d)))),
                 Err(message) => err(message),
             },
-            _ => err("not a frame (expected CAPS, DATA, DONE, ERROR or DUMPED)".into()),
+            Some("PROMPT") => {
+                let id = fields.get(1).and_then(|s| parse_count::<u64>(s));
+                let n = fields.get(2).and_then(|s| parse_count::<usize>(s));
+                let (Some(id), Some(n), 3) = (id, n, fields.len()) else {
+                    return err("PROMPT needs <id> <bytes>".into());
+                };
+                if n > MAX_PAYLOAD {
+                    return err(format!("PROMPT: {n} bytes exceeds {MAX_PAYLOAD}"));
+                }
+                let Some(body) = read_exact_or_eof(&mut self.inner, n)? else {
+                    return err("stream ended inside the PROMPT ids".into());
+                };
+                match read_byte(&mut self.inner)? {
+                    Some(b'\n') => {}
+                    _ => return err(format!("PROMPT ids of {n} bytes not followed by a newline")),
+                }
+                let ids: Option<Vec<u32>> = std::str::from_utf8(&body)
+                    .ok()
+                    .and_then(|t| t.split_ascii_whitespace().map(parse_count::<u32>).collect());
+                match ids {
+                    Some(ids) => Ok(Some(Ok(EngineFrame::Prompt(PromptFrame { id, ids })))),
+                    None => err(format!("PROMPT: {} is not a list of token ids", quote(&body))),
+                }
+            }
+            Some("CLEARED") => match (fields.get(1).and_then(|s| parse_count::<u64>(s)), fields.len()) {
+                (Some(id), 2) => Ok(Some(Ok(EngineFrame::Cleared { id }))),
+                _ => err("CLEARED needs exactly <id>".into()),
+            },
+            _ => err("not a frame (expected CAPS, PROMPT, DATA, DONE, ERROR, DUMPED or CLEARED)".into()),
         }
     }
 }
@@ -1036,10 +1145,22 @@ mod tests {
                 ignore_eos: true,
                 payload: b"1 2 3".to_vec(),
                 ext: vec![0, 1, 2, b'\n'],
+                ..SubmitFrame::default()
             }),
             Command::Stop { id: 5 },
             Command::Cancel { id: 6 },
             Command::Dump { id: 7, slot: 0, path: "/tmp/a b.json".into() },
+            Command::Reset { id: 8 },
+            Command::Submit(SubmitFrame {
+                id: 9,
+                max_tokens: 3,
+                top_p: 1.0,
+                chat: true,
+                echo: true,
+                cancel_at: Some(0),
+                payload: br#"[{"role":"user","content":"hi"}]"#.to_vec(),
+                ..SubmitFrame::default()
+            }),
         ];
         let mut bytes = Vec::new();
         for f in &frames {
@@ -1068,6 +1189,9 @@ mod tests {
         assert_eq!(code(b"SUBMIT 1 0 5 4 0 1\nhi"), (Some(1), ErrorCode::BadFrame), "truncated payload");
         assert_eq!(code(b"SUBMIT 1 0 2 4 0 1\nhi"), (Some(1), ErrorCode::BadFrame), "missing final newline");
         assert_eq!(code(b"STOP 1"), (None, ErrorCode::BadFrame), "unterminated header at end of input");
+        assert_eq!(code(b"RESET\n"), (None, ErrorCode::BadFrame));
+        assert_eq!(code(b"RESET 1 0\n"), (Some(1), ErrorCode::BadFrame));
+        assert_eq!(code(b"RESET x\n"), (None, ErrorCode::BadFrame));
     }
 
     #[test]
@@ -1086,6 +1210,11 @@ mod tests {
             "SUBMIT 1 0 2 4 0 1 seed=1 seed=2",
             "SUBMIT 1 0 2 4 0 1 0 stray",
             "SUBMIT 1 0 2 4 0 1 logprobs=-1",
+            "SUBMIT 1 0 2 4 0 1 chat=2",
+            "SUBMIT 1 0 2 4 0 1 echo=yes",
+            "SUBMIT 1 0 2 4 0 1 cancel_at=-1",
+            "SUBMIT 1 0 2 4 0 1 cancel_at=",
+            "SUBMIT 1 0 2 4 0 1 ids=1 chat=1",
         ] {
             let input = format!("{header}\nhi\n");
             assert_eq!(code(input.as_bytes()), (Some(1), ErrorCode::BadRequest), "{header}");
@@ -1163,6 +1292,9 @@ mod tests {
                 detail: "x".into(),
             }),
             EngineFrame::Dumped(DumpedFrame { id: 8, path: "/tmp/my dump.json".into(), bytes: 1234 }),
+            EngineFrame::Prompt(PromptFrame { id: 9, ids: vec![256, 259, 104, 105] }),
+            EngineFrame::Prompt(PromptFrame { id: 10, ids: vec![] }),
+            EngineFrame::Cleared { id: 11 },
         ];
         let mut bytes = Vec::new();
         for f in &frames {

@@ -9,7 +9,9 @@ pub mod http;
 pub mod request;
 pub mod server;
 
-pub use client::{ClientError, ClientReply, StdioEngine};
-pub use frame::{Caps, Command, DataFrame, DoneFrame, DumpedFrame, EngineFrame, ErrorCode, ErrorFrame, SubmitFrame};
+pub use client::{ClientError, ClientReply, StdioEngine, SubmitExtras};
+pub use frame::{
+    Caps, Command, DataFrame, DoneFrame, DumpedFrame, EngineFrame, ErrorCode, ErrorFrame, PromptFrame, SubmitFrame,
+};
 pub use http::{serve_http, HttpOptions};
 pub use server::{serve, ServeError, ServeOptions, PREFIX_LOG_ENV};

@@ -1,6 +1,7 @@
-//! SUBMIT frame <-> engine `Request`: the payload as ids or text, the ext block as audio frames, and the checks
-//! that need the engine's limits (slots, vocabulary, audio).
+//! SUBMIT frame <-> engine `Request`: the payload as ids, text or a conversation, the ext block as audio frames,
+//! and the checks that need the engine's limits (slots, vocabulary, audio).
 
+use crate::chat::{render_text, TextMessage};
 use crate::engine::{EngineInfo, Request, Sampling};
 use crate::serve::frame::{parse_count, quote, ErrorCode, Rejection, SubmitFrame};
 use crate::tokenizer::{Tokenizer, AUDIO};
@@ -20,7 +21,13 @@ pub fn build(frame: SubmitFrame, info: &EngineInfo) -> Result<Request, Rejection
             frame.logprobs, info.vocab
         )));
     }
-    let prompt = if frame.ids { parse_ids(id, &frame.payload, info.vocab)? } else { Tokenizer.encode(&frame.payload) };
+    let prompt = if frame.ids {
+        parse_ids(id, &frame.payload, info.vocab)?
+    } else if frame.chat {
+        parse_chat(id, &frame.payload)?
+    } else {
+        Tokenizer.encode(&frame.payload)
+    };
     if prompt.is_empty() {
         return Err(Rejection::new(ErrorCode::EmptyPrompt, format!("SUBMIT {id}: the prompt has no tokens")));
     }
@@ -67,7 +74,27 @@ pub fn to_frame(req: &Request) -> Result<SubmitFrame, String> {
         ignore_eos: req.ignore_eos,
         payload: ids.join(" ").into_bytes(),
         ext: req.audio.concat(),
+        ..SubmitFrame::default()
     })
+}
+
+/// The SUBMIT frame a client sends for a conversation given as text (`chat=1`): greedy, no audio.
+pub fn chat_frame(id: u64, slot: usize, messages: &[TextMessage], max_tokens: usize, ignore_eos: bool) -> SubmitFrame {
+    // Serializing strings and a derived struct cannot fail.
+    let payload = serde_json::to_vec(messages).unwrap_or_default();
+    SubmitFrame { id, slot, max_tokens, top_p: 1.0, ignore_eos, chat: true, payload, ..SubmitFrame::default() }
+}
+
+/// A `chat=1` payload: a JSON array of `{"role", "content"}` messages, rendered with the chat template (each
+/// message's content byte by byte, then the assistant marker the reply follows).
+fn parse_chat(id: u64, payload: &[u8]) -> Result<Vec<u32>, Rejection> {
+    let messages: Vec<TextMessage> = serde_json::from_slice(payload).map_err(|e| {
+        Rejection::bad_request(format!("SUBMIT {id}: chat payload is not a JSON array of {{role, content}}: {e}"))
+    })?;
+    if messages.is_empty() {
+        return Err(Rejection::new(ErrorCode::EmptyPrompt, format!("SUBMIT {id}: the conversation has no messages")));
+    }
+    render_text(&messages).map_err(|e| Rejection::bad_request(format!("SUBMIT {id}: {e}")))
 }
 
 /// Space-separated decimal ids (any ASCII whitespace separates).
@@ -150,20 +177,7 @@ mod tests {
     }
 
     fn frame(payload: &[u8], ids: bool) -> SubmitFrame {
-        SubmitFrame {
-            id: 1,
-            slot: 0,
-            max_tokens: 4,
-            temperature: 0.0,
-            top_p: 1.0,
-            ids,
-            logprobs: 0,
-            top_k: 0,
-            seed: 0,
-            ignore_eos: false,
-            payload: payload.to_vec(),
-            ext: Vec::new(),
-        }
+        SubmitFrame { id: 1, max_tokens: 4, top_p: 1.0, ids, payload: payload.to_vec(), ..SubmitFrame::default() }
     }
 
     fn code(r: Result<Request, Rejection>) -> ErrorCode {
@@ -179,6 +193,31 @@ mod tests {
         let ids = build(frame(b"256 259\t104\n105", true), &info(false)).expect("ids");
         assert_eq!(text.prompt, vec![BOS, ROLE_USER, 104, 105]);
         assert_eq!(ids.prompt, text.prompt);
+    }
+
+    #[test]
+    fn a_conversation_is_rendered_with_the_template() {
+        let messages = vec![
+            TextMessage { role: "system".into(), content: "be brief".into() },
+            TextMessage { role: "user".into(), content: "hi <|eos|>".into() },
+        ];
+        let f = chat_frame(3, 0, &messages, 4, false);
+        let req = build(f, &info(false)).expect("chat");
+        assert_eq!(req.prompt, render_text(&messages).expect("render"));
+        let mut f = frame(br#"[{"role":"user","content":"x"}]"#, false);
+        f.chat = true;
+        assert_eq!(build(f, &info(false)).expect("one message").prompt.len(), 5);
+        for (payload, want) in [
+            (&b"[]"[..], ErrorCode::EmptyPrompt),
+            (b"not json", ErrorCode::BadRequest),
+            (br#"[{"role":"robot","content":"x"}]"#, ErrorCode::BadRequest),
+            (br#"[{"role":"user"}]"#, ErrorCode::BadRequest),
+            (br#"{"role":"user","content":"x"}"#, ErrorCode::BadRequest),
+        ] {
+            let mut f = frame(payload, false);
+            f.chat = true;
+            assert_eq!(code(build(f, &info(false))), want, "{}", String::from_utf8_lossy(payload));
+        }
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! A reader thread parses frames into a channel; generation runs on the calling thread. While a request
 //! generates, its observer drains the channel on every token and every prefill segment, so STOP/CANCEL act at
-//! once and other frames are answered (errors) or queued (SUBMIT for another slot, DUMP) in arrival order.
+//! once and other frames are answered (errors) or queued (SUBMIT for another slot, DUMP, RESET) in arrival order.
 
 use std::collections::VecDeque;
 use std::io::{self, BufReader, Read, Write};
@@ -13,7 +13,8 @@ use std::sync::mpsc::{self, Receiver, TryRecvError};
 use crate::engine::{Engine, EngineInfo, Flow, Observer, Reply, Request, StopReason, TokenEvent};
 use crate::error::EngineError;
 use crate::serve::frame::{
-    self, BadCommand, Caps, Command, DataFrame, DoneFrame, DumpedFrame, EngineFrame, ErrorCode, Rejection, Verb,
+    self, BadCommand, Caps, Command, DataFrame, DoneFrame, DumpedFrame, EngineFrame, ErrorCode, PromptFrame, Rejection,
+    Verb,
 };
 use crate::serve::request;
 use crate::tokenizer::Tokenizer;
@@ -26,13 +27,16 @@ pub const PREFIX_LOG_ENV: &str = "KVPROOF_PREFIX_LOG";
 pub struct ServeOptions {
     /// Print a `[PREFIX]` line per request on the log stream.
     pub prefix_log: bool,
+    /// CAPS entries the serve loop cannot know from `EngineInfo` (e.g. `reuse_rule`, `kv_share`), appended to
+    /// (or replacing) its own.
+    pub caps: Vec<(String, String)>,
 }
 
 impl ServeOptions {
     /// `KVPROOF_PREFIX_LOG` set to anything but empty or `0` turns the log on.
     pub fn from_env() -> Self {
         let on = std::env::var(PREFIX_LOG_ENV).map(|v| !v.is_empty() && v != "0").unwrap_or(false);
-        ServeOptions { prefix_log: on }
+        ServeOptions { prefix_log: on, caps: Vec::new() }
     }
 }
 
@@ -61,6 +65,10 @@ pub fn caps(info: &EngineInfo) -> Caps {
     caps.set("stop", 1);
     caps.set("cancel", 1);
     caps.set("logprobs", 1);
+    caps.set("chat", 1);
+    caps.set("echo", 1);
+    caps.set("reset", 1);
+    caps.set("cancel_at", 1);
     caps.set("audio", u8::from(info.audio));
     caps.set("audio_frame", info.audio_frame_bytes);
     caps.set("window", opt(info.window));
@@ -120,7 +128,11 @@ where
         write_error: None,
     };
     session.send(&EngineFrame::Ready);
-    session.send(&EngineFrame::Caps(caps(&session.info)));
+    let mut announced = caps(&session.info);
+    for (k, v) in &session.options.caps {
+        announced.set(k, v);
+    }
+    session.send(&EngineFrame::Caps(announced));
     loop {
         if let Some(e) = session.write_error.take() {
             return Err(ServeError::Write(e));
@@ -148,8 +160,9 @@ enum Incoming {
 
 /// Work accepted and waiting for the engine.
 enum Job {
-    Submit { req: Request, stop: bool },
+    Submit { req: Request, stop: bool, echo: bool, cancel_at: Option<usize> },
     Dump { id: u64, slot: usize, path: String },
+    Reset { id: u64 },
 }
 
 /// The request generating right now.
@@ -219,8 +232,9 @@ impl<W: Write, L: Write> Session<W, L> {
                     let detail = format!("slot {} is generating request {}", submit.slot, self.current_id());
                     return self.error(Some(id), Rejection::new(ErrorCode::SlotBusy, detail));
                 }
+                let (echo, cancel_at) = (submit.echo, submit.cancel_at);
                 match request::build(submit, &self.info) {
-                    Ok(req) => self.queue.push_back(Job::Submit { req, stop: false }),
+                    Ok(req) => self.queue.push_back(Job::Submit { req, stop: false, echo, cancel_at }),
                     Err(rejection) => self.error(Some(id), rejection),
                 }
             }
@@ -247,6 +261,7 @@ impl<W: Write, L: Write> Session<W, L> {
                 }
             }
             Incoming::Command(Command::Dump { id, slot, path }) => self.queue.push_back(Job::Dump { id, slot, path }),
+            Incoming::Command(Command::Reset { id }) => self.queue.push_back(Job::Reset { id }),
         }
     }
 
@@ -268,7 +283,7 @@ impl<W: Write, L: Write> Session<W, L> {
 
     fn queued_submit(&mut self, id: u64) -> Option<&mut bool> {
         self.queue.iter_mut().find_map(|j| match j {
-            Job::Submit { req, stop } if req.id == id => Some(stop),
+            Job::Submit { req, stop, .. } if req.id == id => Some(stop),
             _ => None,
         })
     }
@@ -301,15 +316,23 @@ impl<W: Write, L: Write> Session<W, L> {
 
     fn run(&mut self, engine: &mut dyn Engine, job: Job) {
         match job {
-            Job::Submit { req, stop } => self.run_submit(engine, req, stop),
+            Job::Submit { req, stop, echo, cancel_at } => self.run_submit(engine, req, stop, echo, cancel_at),
             Job::Dump { id, slot, path } => self.run_dump(engine, id, slot, &path),
+            Job::Reset { id } => {
+                // Exactly the state a freshly started engine holds: every slot and record forgotten.
+                engine.reset();
+                self.send(&EngineFrame::Cleared { id });
+            }
         }
     }
 
-    fn run_submit(&mut self, engine: &mut dyn Engine, req: Request, stop: bool) {
+    fn run_submit(&mut self, engine: &mut dyn Engine, req: Request, stop: bool, echo: bool, cancel_at: Option<usize>) {
         self.current = Some(Current { id: req.id, slot: req.slot, stop, cancel: false });
+        if echo {
+            self.send(&EngineFrame::Prompt(PromptFrame { id: req.id, ids: req.prompt.clone() }));
+        }
         let result = catch_unwind(AssertUnwindSafe(|| {
-            let mut live = Live { session: self, id: req.id };
+            let mut live = Live { session: self, id: req.id, polls: 0, cancel_at };
             engine.generate(&req, &mut live)
         }));
         self.current = None;
@@ -351,6 +374,10 @@ impl<W: Write, L: Write> Session<W, L> {
 struct Live<'a, W, L> {
     session: &'a mut Session<W, L>,
     id: u64,
+    /// Prefill progress polls so far.
+    polls: usize,
+    /// `cancel_at=N`: cancel at the N-th poll (0-based), as a CANCEL read at that moment would.
+    cancel_at: Option<usize>,
 }
 
 impl<W: Write, L: Write> Observer for Live<'_, W, L> {
@@ -368,7 +395,14 @@ impl<W: Write, L: Write> Observer for Live<'_, W, L> {
     }
 
     fn on_progress(&mut self) -> Flow {
+        let n = self.polls;
+        self.polls += 1;
         self.session.poll();
+        if self.cancel_at == Some(n) {
+            if let Some(current) = self.session.current.as_mut() {
+                current.cancel = true;
+            }
+        }
         self.session.flow(false)
     }
 }
@@ -537,7 +571,8 @@ mod tests {
         std::thread::spawn(move || {
             let mut engine = Echo { record: Vec::new() };
             let (mut out, mut log) = (Vec::new(), Vec::new());
-            let ok = serve(&mut engine, input, &mut out, &mut log, ServeOptions { prefix_log }).is_ok();
+            let options = ServeOptions { prefix_log, caps: vec![("reuse_rule".into(), "strict".into())] };
+            let ok = serve(&mut engine, input, &mut out, &mut log, options).is_ok();
             let _ = done_tx.send((ok, out, log));
         });
         let (ok, out, log) = done_rx.recv_timeout(TEST_WAIT).expect("serve did not end");
@@ -604,6 +639,34 @@ mod tests {
         let body = body(&out);
         assert!(body.contains("ERROR 1 CONTEXT_EXCEEDED 33 32"), "{body}");
         assert!(body.contains("ERROR 2 BAD_REQUEST"), "{body}");
+    }
+
+    #[test]
+    fn echo_reset_and_cancel_at() {
+        // slot 1 for the queued ones (a SUBMIT for the generating slot would be SLOT_BUSY)
+        let (out, _) = run(
+            b"SUBMIT 1 0 2 1 0 1\nab\nSUBMIT 2 1 3 1 0 1 echo=1\nabc\nRESET 3\n\
+              SUBMIT 4 1 4 1 0 1 cancel_at=0 echo=1\nabcd\nSUBMIT 5 1 4 1 0 1 cancel_at=1\nabcd\n",
+            false,
+        );
+        let want = [
+            "DATA 1 1 tid=98 gap=0.5\nb\nDONE 1 1 .. 2 1 0",
+            "PROMPT 2 8\n97 98 99\nDATA 2 1 tid=99 gap=0.5\nc\nDONE 2 1 .. 3 1 2",
+            "CLEARED 3",
+            // cancelled at its first poll, before anything was fed; PROMPT still comes first
+            "PROMPT 4 12\n97 98 99 100\nERROR 4 CANCELLED",
+            // the stand-in polls once: cancel_at=1 is never reached; the reset left nothing to reuse
+            "DATA 5 1 tid=100 gap=0.5\nd\nDONE 5 1 .. 4 1 0",
+        ];
+        assert_eq!(body(&out), want.join("\n"));
+    }
+
+    #[test]
+    fn extra_caps_are_announced() {
+        let (out, _) = run(b"", false);
+        let caps = out.lines().nth(1).unwrap_or_default();
+        assert!(caps.contains(" chat=1 echo=1 reset=1 cancel_at=1 "), "{caps}");
+        assert!(caps.ends_with(" reuse_rule=strict"), "{caps}");
     }
 
     #[test]

@@ -37,7 +37,7 @@ pub fn unavailable(case: CaseName, p: &BoundaryParams, info: &EngineInfo, caps: 
             Some(format!("max_ctx {} is too large to overflow quickly (limit {OVERFLOW_CTX_LIMIT})", info.max_ctx))
         }
         CaseName::CancelRetry if !caps.cancel_at_poll => {
-            Some("the driver cannot cancel at a given prefill poll (a stdio CANCEL races the engine)".into())
+            Some("the driver cannot cancel at a given prefill poll (over stdio the engine's CAPS lack cancel_at=1, and a CANCEL frame races the engine)".into())
         }
         CaseName::GrowingConversation if continuation::growing_span(p.max_tokens) > room => {
             Some(format!("{} turns do not fit max_ctx {}", continuation::GROWING_TURNS, info.max_ctx))
@@ -214,6 +214,7 @@ pub(crate) mod tests {
             kv_share: false,
             reuse_rule: None,
             chat: true,
+            keeps_state_on: Vec::new(),
         }
     }
 

@@ -676,6 +676,7 @@ impl HttpLauncher {
                 kv_share: described.kv_share,
                 reuse_rule: None,
                 chat: true,
+                keeps_state_on: Vec::new(),
             },
             label: String::new(),
         };

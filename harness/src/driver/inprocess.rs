@@ -82,6 +82,7 @@ impl InProcessLauncher {
             kv_share: false,
             reuse_rule: None,
             chat: true,
+            keeps_state_on: Vec::new(),
         };
         InProcessLauncher { base: Mutex::new(engine), info, caps, label }
     }

@@ -2,8 +2,9 @@
 //! (`Caps`); a check that needs a missing capability is skipped with the reason, never passed.
 //!
 //! `inprocess` runs a bundled engine in this process (fastest); `stdio` spawns any command speaking the serve
-//! protocol (docs/protocol.md), one process per instance; `http` drives a server with an OpenAI-compatible API
-//! (docs/http.md), whose instances share that server.
+//! protocol (docs/protocol.md), one process per instance (or one long-lived process reset before each cold run),
+//! and serves a bundled engine through a sibling `kvproof-engine` when the scenario asks for `via: stdio`; `http`
+//! drives a server with an OpenAI-compatible API (docs/http.md), whose instances share that server.
 
 mod http;
 mod inprocess;
@@ -18,9 +19,9 @@ use kvproof_engines::fault::Fault;
 
 pub use http::HttpLauncher;
 pub use inprocess::InProcessLauncher;
-pub use stdio::{resolve_program, sibling_binary, StdioLauncher};
+pub use stdio::{bundled_command, from_caps, resolve_program, sibling_binary, StdioLauncher};
 
-use crate::scenario::{DeclaredRule, EngineSpec};
+use crate::scenario::{DeclaredRule, EngineSpec, Via};
 
 /// What a driver can report.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -36,7 +37,8 @@ pub struct Caps {
     /// Bytes of one audio frame, when the engine takes audio.
     pub audio_frame_bytes: Option<usize>,
     /// A request can be cancelled at a given prefill poll (`Driver::generate_cancel_at`): a deterministic
-    /// mid-prefill failure. Over stdio a CANCEL frame races the engine, so it cannot.
+    /// mid-prefill failure. Over stdio a CANCEL frame races the engine, so only an engine that declares
+    /// `cancel_at=1` (it cancels itself at the poll) can.
     #[serde(default)]
     pub cancel_at_poll: bool,
     /// The engine's state bytes are visible (`Driver::state_bytes`), for the memory check.
@@ -51,6 +53,10 @@ pub struct Caps {
     /// The engine takes conversations as text and renders them with its own template (`Driver::generate_chat`).
     #[serde(default)]
     pub chat: bool,
+    /// Error codes after which the engine declares the slot's state unchanged (CAPS `keeps_state_on=`); the
+    /// oracle assumes every other failure mid-way spoils the slot.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keeps_state_on: Vec<String>,
 }
 
 /// A request whose prompt is a conversation in text: the engine applies its own chat template and tokenizer.
@@ -159,15 +165,15 @@ pub trait Driver: Send {
 /// Starts instances of one engine: the warm one, and a fresh one for every cold run.
 pub trait Launcher: Send + Sync {
     fn launch(&self) -> Result<Box<dyn Driver>, DriverError>;
+    /// An instance with a fresh state for a cold run (cold, control, probe): a new instance unless the engine
+    /// gets its fresh state another way (a reset process, a second server, a per-request cache bypass).
+    fn launch_cold(&self) -> Result<Box<dyn Driver>, DriverError> {
+        self.launch()
+    }
     /// The engine as the manifest records it.
     fn info(&self) -> &EngineInfo;
     fn caps(&self) -> &Caps;
     fn label(&self) -> String;
-    /// A fresh instance for one cold run (or the control, or a probe). Launchers whose instances share one
-    /// server make it differently from the warm one; by default it is `launch`.
-    fn launch_cold(&self) -> Result<Box<dyn Driver>, DriverError> {
-        self.launch()
-    }
     /// Whether plans may run at the same time. Instances that share one server must not: their plans run one at
     /// a time, in order.
     fn parallel_plans(&self) -> bool {
@@ -178,12 +184,28 @@ pub trait Launcher: Send + Sync {
 /// The launcher for a scenario's engine; `fault` overrides the scenario's for bundled engines.
 pub fn launcher_for(spec: &EngineSpec, fault: Option<Option<Fault>>) -> Result<Box<dyn Launcher>, DriverError> {
     match spec {
-        EngineSpec::Bundled { arch, preset, seed, fault: own, config } => {
+        EngineSpec::Bundled { arch, preset, seed, fault: own, config, via, cold } => {
             let fault = fault.unwrap_or(*own);
-            Ok(Box::new(InProcessLauncher::open_with(arch, *preset, *seed, fault, config)?))
+            match via {
+                Via::InProcess => Ok(Box::new(InProcessLauncher::open_with(arch, *preset, *seed, fault, config)?)),
+                Via::Stdio => {
+                    let command = bundled_command(arch, *preset, *seed, fault, config);
+                    let label = EngineSpec::Bundled {
+                        arch: arch.clone(),
+                        preset: *preset,
+                        seed: *seed,
+                        fault,
+                        config: config.clone(),
+                        via: *via,
+                        cold: *cold,
+                    }
+                    .label();
+                    Ok(Box::new(StdioLauncher::start(&command, stdio::BUNDLED_TIMEOUT_MS, *cold)?.with_label(label)))
+                }
+            }
         }
-        EngineSpec::Command { command, timeout_ms, reuse_rule } => {
-            Ok(Box::new(StdioLauncher::start(command, *timeout_ms)?.with_reuse_rule(*reuse_rule)))
+        EngineSpec::Command { command, timeout_ms, reuse_rule, cold } => {
+            Ok(Box::new(StdioLauncher::start(command, *timeout_ms, *cold)?.with_reuse_rule(*reuse_rule)))
         }
         EngineSpec::Http(spec) => Ok(Box::new(HttpLauncher::start(spec)?)),
     }

@@ -122,7 +122,8 @@ pub fn run_plan(ctx: &Paired<'_>, plan_index: usize, plan: &Plan, tap: &mut dyn 
         ctx.abandon(at, 0, &format!("warm instance: {e}"), e.stderr_tail(), &mut out);
         return out;
     }
-    let mut ps = PlanState::new(plan, ctx.rule, ctx.caps.audio_frame_bytes.unwrap_or(0));
+    let mut ps = PlanState::new(plan, ctx.rule, ctx.caps.audio_frame_bytes.unwrap_or(0))
+        .keeping_state_on(&ctx.caps.keeps_state_on);
     // What each warm request fed and got back (the stale context of a staleness plan is one of them).
     let mut warm_turns: Vec<Option<(Vec<u32>, Vec<u32>)>> = Vec::with_capacity(plan.steps.len());
 

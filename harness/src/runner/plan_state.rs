@@ -165,6 +165,12 @@ impl PlanState {
         self.slots.after(req, outcome);
     }
 
+    /// The engine declares that failures with these codes leave the slot as it was (CAPS `keeps_state_on=`).
+    pub fn keeping_state_on(mut self, codes: &[String]) -> Self {
+        self.slots = self.slots.keeping_state_on(codes);
+        self
+    }
+
     /// The warm instance was replaced by a fresh one.
     pub fn reset(&mut self) {
         self.slots.reset();

@@ -18,4 +18,4 @@ pub use params::{BoundaryParams, CaseName, ContextName, GrowthParams, StalenessP
 pub use params::{MAX_TOKENS, MAX_TURNS, MAX_USER_LEN};
 pub use reuse_rule::DeclaredRule;
 pub use schema::schema_json;
-pub use types::{Assertions, EngineSpec, Kind, Params, Scenario};
+pub use types::{Assertions, Cold, EngineSpec, Kind, Params, Scenario, Via};

@@ -156,8 +156,41 @@ impl Default for Assertions {
     }
 }
 
-/// How a scenario names its engine: a bundled engine run in-process (`arch`), any command speaking the stdio
-/// protocol (`command`), or a server with an OpenAI-compatible HTTP API (`url`).
+/// How a bundled engine is reached.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+#[derive(strum::IntoStaticStr, strum::Display, strum::EnumString)]
+#[strum(serialize_all = "kebab-case")]
+pub enum Via {
+    /// In this process (fastest; every check available).
+    #[default]
+    InProcess,
+    /// Served by a sibling `kvproof-engine` process over the stdio protocol, as any command engine is: the serve
+    /// layer (frames, the DONE reuse count, DUMP) is under test too.
+    Stdio,
+}
+
+/// How a process engine's cold instances get a fresh state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+#[derive(strum::IntoStaticStr, strum::Display, strum::EnumString)]
+#[strum(serialize_all = "kebab-case")]
+pub enum Cold {
+    /// A new process per cold run: nothing survives from earlier requests.
+    #[default]
+    Process,
+    /// One long-lived second process, sent RESET before each cold run (engines too costly to restart; CAPS
+    /// `reset=1`). Weaker: whatever RESET does not clear survives, and reports say so.
+    Reset,
+}
+
+impl Cold {
+    /// What engine labels say of cold instances that are not new processes.
+    pub const RESET_NOTE: &'static str = "cold by RESET, weaker than a new process";
+}
+
+/// How a scenario names its engine: a bundled engine (`arch`), run in-process or served over stdio, any command
+/// speaking the stdio protocol (`command`), or a server with an OpenAI-compatible HTTP API (`url`).
 // The file's object is read as a `RawEngine` and checked by `TryFrom`; the schema describes the two shapes that
 // check accepts rather than RawEngine's (where every field is optional). Every field but `arch` and `command`
 // may be left out or null, as RawEngine's options allow.
@@ -165,7 +198,8 @@ impl Default for Assertions {
 #[serde(try_from = "RawEngine", into = "RawEngine")]
 #[schemars(!try_from, !into, untagged, deny_unknown_fields)]
 pub enum EngineSpec {
-    /// A bundled engine run in-process; `config` overrides fields of its preset's model config.
+    /// A bundled engine, run in-process or (`via: stdio`) served by a sibling `kvproof-engine`; `config`
+    /// overrides fields of its preset's model config.
     Bundled {
         /// A bundled arch (`kvproof list`).
         #[schemars(length(min = 1))]
@@ -183,6 +217,13 @@ pub enum EngineSpec {
         /// {"kv_share": true} for glm's cross-slot sharing. Unknown fields are rejected when the scenario is loaded.
         #[schemars(with = "Option<ConfigOverrides>")]
         config: ConfigOverrides,
+        /// in-process (default), or stdio: a sibling `kvproof-engine --arch .. --preset .. --seed .. [--fault ..]
+        /// [--config ..]` process driven over the stdio protocol.
+        #[schemars(with = "Option<Via>")]
+        via: Via,
+        /// With via stdio: how cold instances start (process, the default, or reset).
+        #[schemars(with = "Option<Cold>")]
+        cold: Cold,
     },
     /// Any command speaking the stdio protocol (docs/protocol.md).
     Command {
@@ -196,6 +237,10 @@ pub enum EngineSpec {
         /// declare it wrong; the oracle's exact reuse check needs one.
         #[schemars(with = "Option<String>")]
         reuse_rule: Option<DeclaredRule>,
+        /// How cold instances start: process (default: a new process per cold run) or reset (one long-lived
+        /// second process, sent RESET before each cold run; needs CAPS reset=1; a weaker cold, and reported so).
+        #[schemars(with = "Option<Cold>")]
+        cold: Cold,
     },
     /// A server with an OpenAI-compatible HTTP API (docs/http.md).
     Http(HttpEngine),
@@ -209,7 +254,7 @@ impl EngineSpec {
     /// A short label for tables and logs.
     pub fn label(&self) -> String {
         match self {
-            EngineSpec::Bundled { arch, preset, seed, fault, config } => {
+            EngineSpec::Bundled { arch, preset, seed, fault, config, via, cold } => {
                 let mut label = format!("{arch}/{preset}/seed {seed}");
                 if !config.is_empty() {
                     label.push_str(&format!("/config {}", super::engine_config::describe(config)));
@@ -217,9 +262,21 @@ impl EngineSpec {
                 if let Some(f) = fault {
                     label.push_str(&format!("/fault {f}"));
                 }
+                if *via == Via::Stdio {
+                    label.push_str(" via stdio");
+                    if *cold == Cold::Reset {
+                        label.push_str(&format!(" ({})", Cold::RESET_NOTE));
+                    }
+                }
                 label
             }
-            EngineSpec::Command { command, .. } => format!("`{}`", command.join(" ")),
+            EngineSpec::Command { command, cold, .. } => {
+                let mut label = format!("`{}`", command.join(" "));
+                if *cold == Cold::Reset {
+                    label.push_str(&format!(" ({})", Cold::RESET_NOTE));
+                }
+                label
+            }
             EngineSpec::Http(h) => h.label(),
         }
     }
@@ -261,6 +318,8 @@ pub struct RawEngine {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     cold: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    via: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     reset: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     slots: Option<usize>,
@@ -271,12 +330,11 @@ pub struct RawEngine {
 }
 
 impl RawEngine {
-    /// The HTTP-only fields that are set, by name.
+    /// The HTTP-only fields that are set, by name (`cold` is shared: a process engine's `process`|`reset`).
     fn http_fields(&self) -> Vec<&'static str> {
         let set = [
             ("model", self.model.is_some()),
             ("api", self.api.is_some()),
-            ("cold", self.cold.is_some()),
             ("reset", self.reset.is_some()),
             ("slots", self.slots.is_some()),
             ("retries", self.retries.is_some()),
@@ -298,6 +356,11 @@ impl TryFrom<RawEngine> for EngineSpec {
             return Err(format!("engine.{field}: applies to engines reached over HTTP (`url`) only"));
         }
         if let Some(url) = raw.url {
+            if raw.via.is_some() {
+                return Err("engine.via: applies to bundled engines (`arch`); a `url` engine is always reached over \
+                            HTTP"
+                    .into());
+            }
             if raw.preset.is_some() || raw.seed.is_some() || raw.fault.is_some() || raw.config.is_some() {
                 return Err("engine: `preset`, `seed`, `fault` and `config` apply to bundled engines (`arch`) only; \
                             a server is started with its own model"
@@ -329,6 +392,16 @@ impl TryFrom<RawEngine> for EngineSpec {
                                 engine's rule is its arch's)"
                         .into());
                 }
+                let via = match raw.via.as_deref() {
+                    None => Via::InProcess,
+                    Some(v) => Via::from_str(v).map_err(|_| format!("engine.via: `{v}` is not in-process or stdio"))?,
+                };
+                let cold = parse_cold(raw.cold.as_ref())?;
+                if cold != Cold::Process && via != Via::Stdio {
+                    return Err("engine.cold: applies to engines in a process of their own (`via: stdio`, or \
+                                `command`); an in-process cold instance is always a fresh state"
+                        .into());
+                }
                 kvproof_engines::bundled::arch(&arch).map_err(|e| format!("engine.arch: {e}"))?;
                 let preset = match raw.preset {
                     Some(p) => Preset::from_str(&p).map_err(|e| format!("engine.preset: {e}"))?,
@@ -345,7 +418,7 @@ impl TryFrom<RawEngine> for EngineSpec {
                 };
                 let config = raw.config.unwrap_or_default();
                 super::engine_config::model_config(&arch, preset, &config)?;
-                Ok(EngineSpec::Bundled { arch, preset, seed: raw.seed.unwrap_or(0), fault, config })
+                Ok(EngineSpec::Bundled { arch, preset, seed: raw.seed.unwrap_or(0), fault, config, via, cold })
             }
             (None, Some(command)) => {
                 if raw.preset.is_some() || raw.seed.is_some() || raw.fault.is_some() || raw.config.is_some() {
@@ -353,6 +426,12 @@ impl TryFrom<RawEngine> for EngineSpec {
                                 only; pass them as arguments of the command"
                         .into());
                 }
+                if raw.via.is_some() {
+                    return Err("engine.via: applies to bundled engines (`arch`); a command is always run over \
+                                stdio"
+                        .into());
+                }
+                let cold = parse_cold(raw.cold.as_ref())?;
                 if command.is_empty() || command[0].is_empty() {
                     return Err("engine.command: must name a program".into());
                 }
@@ -364,27 +443,41 @@ impl TryFrom<RawEngine> for EngineSpec {
                     Some(r) => Some(r.parse::<DeclaredRule>().map_err(|e| format!("engine.reuse_rule: {e}"))?),
                     None => None,
                 };
-                Ok(EngineSpec::Command { command, timeout_ms, reuse_rule })
+                Ok(EngineSpec::Command { command, timeout_ms, reuse_rule, cold })
             }
         }
+    }
+}
+
+/// A process engine's `cold`: `process` or `reset` (an HTTP engine's `cold` takes other shapes; see http_engine.rs).
+fn parse_cold(cold: Option<&serde_json::Value>) -> Result<Cold, String> {
+    match cold {
+        None => Ok(Cold::Process),
+        Some(serde_json::Value::String(c)) => {
+            Cold::from_str(c).map_err(|_| format!("engine.cold: `{c}` is not process or reset"))
+        }
+        Some(other) => Err(format!("engine.cold: {other} is not process or reset")),
     }
 }
 
 impl From<EngineSpec> for RawEngine {
     fn from(spec: EngineSpec) -> RawEngine {
         match spec {
-            EngineSpec::Bundled { arch, preset, seed, fault, config } => RawEngine {
+            EngineSpec::Bundled { arch, preset, seed, fault, config, via, cold } => RawEngine {
                 arch: Some(arch),
                 preset: Some(preset.name().into()),
                 seed: Some(seed),
                 fault: fault.map(|f| f.name().to_string()),
                 config: (!config.is_empty()).then_some(config),
+                via: (via != Via::InProcess).then(|| via.to_string()),
+                cold: (cold != Cold::Process).then(|| serde_json::Value::String(cold.to_string())),
                 ..RawEngine::default()
             },
-            EngineSpec::Command { command, timeout_ms, reuse_rule } => RawEngine {
+            EngineSpec::Command { command, timeout_ms, reuse_rule, cold } => RawEngine {
                 command: Some(command),
                 timeout_ms: Some(timeout_ms),
                 reuse_rule: reuse_rule.map(|r| r.to_string()),
+                cold: (cold != Cold::Process).then(|| serde_json::Value::String(cold.to_string())),
                 ..RawEngine::default()
             },
             EngineSpec::Http(h) => {
