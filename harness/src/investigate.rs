@@ -28,8 +28,9 @@ pub enum InvestigateError {
     NoCase { path: PathBuf, scenario: String, case: String, known: String },
     #[error("{path}: scenario `{scenario}`: case `{case}` has {turns} turns, not {asked}")]
     NoTurn { path: PathBuf, scenario: String, case: String, turns: usize, asked: usize },
-    #[error("{path}: scenario `{scenario}`: {source}")]
-    Engine { path: PathBuf, scenario: String, source: DriverError },
+    // `error` is no `source`: the message carries it already, and a chain printer would repeat it
+    #[error("{path}: scenario `{scenario}`: {error}")]
+    Engine { path: PathBuf, scenario: String, error: DriverError },
     #[error("{path}: scenario `{scenario}`: case `{case}`, {turn}: {message}")]
     Turn { path: PathBuf, scenario: String, case: String, turn: String, message: String },
     #[error(transparent)]
@@ -132,10 +133,10 @@ pub fn replay(
 }
 
 fn prepare<'a>(scenario: &'a Scenario, fault: Option<Option<Fault>>) -> Result<Prepared<'a>, InvestigateError> {
-    runner::prepare(scenario, fault).map_err(|source| InvestigateError::Engine {
+    runner::prepare(scenario, fault).map_err(|error| InvestigateError::Engine {
         path: scenario.path.clone(),
         scenario: scenario.name.clone(),
-        source,
+        error,
     })
 }
 

@@ -16,8 +16,9 @@ use crate::scenario::{EngineSpec, Scenario};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
-    #[error("{path}: scenario `{scenario}`: {source}")]
-    Engine { scenario: String, path: PathBuf, source: DriverError },
+    // `error` is no `source`: the message carries it already, and a chain printer would repeat it
+    #[error("{path}: scenario `{scenario}`: {error}")]
+    Engine { scenario: String, path: PathBuf, error: DriverError },
     #[error("{path}: scenario `{scenario}`: {message}")]
     Fault { scenario: String, path: PathBuf, message: String },
     #[error(transparent)]
@@ -73,10 +74,10 @@ pub fn run_scenarios(scenarios: &[Scenario], opts: &RunOptions) -> Result<(Summa
     // Start every engine first: a scenario that cannot start is an input error before anything runs.
     let mut prepared = Vec::with_capacity(scenarios.len());
     for s in scenarios {
-        let p = runner::prepare(s, opts.fault).map_err(|source| SessionError::Engine {
+        let p = runner::prepare(s, opts.fault).map_err(|error| SessionError::Engine {
             scenario: s.name.clone(),
             path: s.path.clone(),
-            source,
+            error,
         })?;
         prepared.push(p);
     }
