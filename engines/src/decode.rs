@@ -15,6 +15,20 @@ pub struct Decoded {
     pub last_logits: Vec<f32>,
 }
 
+/// Which ids a model may generate, and which one ends a reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Generable {
+    pub eos: u32,
+    /// Only byte ids and eos (the bundled byte tokenizer: role markers, audio and padding are input-only ids);
+    /// false: every id of the vocabulary.
+    pub bytes_only: bool,
+}
+
+impl Generable {
+    /// The bundled byte tokenizer's rule.
+    pub const BYTES: Generable = Generable { eos: EOS, bytes_only: true };
+}
+
 /// Only byte ids and eos may be generated: role markers, audio and padding are input-only ids.
 pub fn mask_input_only(logits: &[f32]) -> Vec<f32> {
     logits.iter().enumerate().map(|(i, &l)| if i < 256 || i == EOS as usize { l } else { f32::NEG_INFINITY }).collect()
@@ -29,13 +43,29 @@ pub fn decode(
     pos0: usize,
     limit: usize,
     observer: &mut dyn Observer,
+    feed: impl FnMut(u32, usize, usize) -> Vec<f32>,
+) -> Result<Decoded> {
+    decode_with(Generable::BYTES, logits, req, pos0, limit, observer, feed)
+}
+
+/// `decode` for a model whose generable ids and eos are `gen`.
+pub fn decode_with(
+    gen: Generable,
+    logits: Vec<f32>,
+    req: &Request,
+    pos0: usize,
+    limit: usize,
+    observer: &mut dyn Observer,
     mut feed: impl FnMut(u32, usize, usize) -> Vec<f32>,
 ) -> Result<Decoded> {
+    let eos = gen.eos;
     let mut out = Decoded { last_logits: logits, ..Default::default() };
     for (step, pos) in (0..req.max_tokens).zip(pos0..) {
-        let mut allowed = mask_input_only(&out.last_logits);
+        let mut allowed = if gen.bytes_only { mask_input_only(&out.last_logits) } else { out.last_logits.clone() };
         if req.ignore_eos {
-            allowed[EOS as usize] = f32::NEG_INFINITY;
+            if let Some(l) = allowed.get_mut(eos as usize) {
+                *l = f32::NEG_INFINITY;
+            }
         }
         let pick = crate::sampler::sample(&allowed, &req.sampling, step, req.logprobs);
         out.tokens.push(pick.id);
@@ -44,7 +74,7 @@ pub fn decode(
         if flow == Flow::Cancel {
             return Err(EngineError::Cancelled);
         }
-        if pick.id == EOS {
+        if pick.id == eos {
             out.stop = Some(StopReason::Eos);
             return Ok(out);
         }

@@ -303,6 +303,12 @@ pub trait Arch: Send + Sync + Sized + 'static {
         fault != Some(Fault::BulkRecord)
     }
 
+    /// Which ids decode may emit and which ends a reply (the bundled byte tokenizer's rule unless the model
+    /// brings its own vocabulary).
+    fn generable(&self) -> crate::decode::Generable {
+        crate::decode::Generable::BYTES
+    }
+
     /// After decode, failed or not (glm53 forgets the rows of proposals that were never fed).
     fn after_decode(&self, _slot: &mut Slot<Self::Layers>) {}
 }
@@ -494,15 +500,16 @@ impl<A: Arch> Engine for BundledEngine<A> {
         let capacity = slot.capacity;
         let records = arch.records_in_decode(fault);
         let mut decoding = A::Decoding::default();
-        let decoded = crate::decode::decode(logits, req, len, capacity, observer, |id, pos, index| {
-            let writer = Writer { request: req.id, kind: WriterKind::Decode { step: index as u32 } };
-            let next = arch.decode_step(slot, &mut decoding, &Step { id, pos, index, req, writer }, fault);
-            if records {
-                slot.record.record(pos, &[id]);
-            }
-            slot.len = arch.len_after(slot.len, pos, fault);
-            next
-        });
+        let decoded =
+            crate::decode::decode_with(arch.generable(), logits, req, len, capacity, observer, |id, pos, index| {
+                let writer = Writer { request: req.id, kind: WriterKind::Decode { step: index as u32 } };
+                let next = arch.decode_step(slot, &mut decoding, &Step { id, pos, index, req, writer }, fault);
+                if records {
+                    slot.record.record(pos, &[id]);
+                }
+                slot.len = arch.len_after(slot.len, pos, fault);
+                next
+            });
         arch.after_decode(slot);
         // a failed decode leaves a half-updated state: nothing in it may be reused
         let mut decoded = decoded.inspect_err(|_| slot.record.taint())?;

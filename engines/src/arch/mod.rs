@@ -5,6 +5,7 @@ pub mod glm;
 pub mod glm53;
 pub mod inkling;
 pub mod kimi;
+pub mod llama;
 
 mod checkpoint_layout;
 pub(crate) mod model_hash;

@@ -308,6 +308,12 @@ impl Gguf {
     }
 }
 
+impl AsRef<[u8]> for Gguf {
+    fn as_ref(&self) -> &[u8] {
+        self.raw()
+    }
+}
+
 /// What the header holds, checked.
 struct Header {
     version: u32,

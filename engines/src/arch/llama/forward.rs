@@ -1,0 +1,136 @@
+//! The llama forward pass over one batch of consecutive positions (a prefill segment or one decode step).
+//!
+//! Per layer: `x += Wo · attend(rope(Wq · n₁(x)), cache)` with the batch's rotated k and its v written to the
+//! cache first (a full cache: no row a query of the batch still needs is overwritten), then
+//! `x += Wdown · (silu(Wgate · n₂(x)) ⊙ Wup · n₂(x))`. Every matmul is the invariant quantized kernel and each
+//! query row attends over positions `0..=t` in ascending order, so a position's values are bitwise the same
+//! whether it is fed in a long prefill, a short one, or as a decode step.
+
+use rayon::prelude::*;
+
+use super::model::Model;
+use super::state::State;
+use crate::cache::RowMeta;
+use crate::dump::Writer;
+use crate::kernels::{attend, qmatmul, rms_norm, silu};
+
+/// Rotary embedding with adjacent pairs: `(x[2i], x[2i+1])` of each head rotated by `pos · base^(-2i/rope_dim)`
+/// for `2i < rope_dim` (the "normal" rope of GGUF llama files, whose q/k rows are stored in that pair order).
+#[derive(Debug, Clone)]
+pub struct PairRope {
+    inv_freq: Vec<f64>,
+}
+
+impl PairRope {
+    pub fn new(rope_dim: usize, theta: f32) -> Self {
+        let inv_freq = (0..rope_dim / 2).map(|i| (theta as f64).powf(-(2.0 * i as f64) / rope_dim as f64)).collect();
+        PairRope { inv_freq }
+    }
+
+    /// Rotate every head (`head_dim` wide) of `row` for position `pos`.
+    pub fn apply(&self, row: &mut [f32], head_dim: usize, pos: usize) {
+        let angles: Vec<(f32, f32)> = self
+            .inv_freq
+            .iter()
+            .map(|f| {
+                let (s, c) = (pos as f64 * f).sin_cos();
+                (s as f32, c as f32)
+            })
+            .collect();
+        for head in row.chunks_exact_mut(head_dim) {
+            for (i, &(s, c)) in angles.iter().enumerate() {
+                let (a, b) = (head[2 * i], head[2 * i + 1]);
+                head[2 * i] = a * c - b * s;
+                head[2 * i + 1] = a * s + b * c;
+            }
+        }
+    }
+}
+
+/// One batch to feed: `ids` at positions `pos0..`, every cache row written by `writer`.
+pub struct Batch<'a> {
+    pub ids: &'a [u32],
+    pub pos0: usize,
+    pub writer: Writer,
+}
+
+impl Model {
+    /// Feed `b` into `st`; the logits after its last position.
+    pub fn forward(&self, st: &mut State, b: &Batch) -> Vec<f32> {
+        let x = self.hidden_states(st, b);
+        self.logits_of(&x[(b.ids.len() - 1) * self.config.hidden..])
+    }
+
+    /// Feed `b` into `st`; the residual stream after the last layer, one row per position.
+    pub fn hidden_states(&self, st: &mut State, b: &Batch) -> Vec<f32> {
+        let c = &self.config;
+        let (h, hd, f) = (c.hidden, c.head_dim, c.ffn);
+        let (qd, kvd) = (c.heads * hd, c.kv_heads * hd);
+        let group = c.heads / c.kv_heads;
+        let s = b.ids.len();
+        let scale = 1.0 / (hd as f32).sqrt();
+        let rope = PairRope::new(c.rope_dim, c.rope_theta);
+
+        let mut x = vec![0.0f32; s * h];
+        for (row, &id) in x.chunks_exact_mut(h).zip(b.ids) {
+            self.embed.row(id as usize, row);
+        }
+        let mut xn = vec![0.0f32; s * h];
+        let (mut q, mut k, mut v) = (vec![0.0; s * qd], vec![0.0; s * kvd], vec![0.0; s * kvd]);
+        let mut att = vec![0.0f32; s * qd];
+        let mut o = vec![0.0f32; s * h];
+        let (mut gate, mut up) = (vec![0.0f32; s * f], vec![0.0f32; s * f]);
+
+        for (layer, kv) in self.layers.iter().zip(&mut st.kv) {
+            xn.copy_from_slice(&x);
+            rms_norm(&mut xn, &layer.attn_norm, c.norm_eps);
+            qmatmul(&xn, s, &layer.wq, &mut q);
+            qmatmul(&xn, s, &layer.wk, &mut k);
+            qmatmul(&xn, s, &layer.wv, &mut v);
+            for i in 0..s {
+                rope.apply(&mut q[i * qd..(i + 1) * qd], hd, b.pos0 + i);
+                rope.apply(&mut k[i * kvd..(i + 1) * kvd], hd, b.pos0 + i);
+                let meta = RowMeta { pos: (b.pos0 + i) as i64, writer: Some(b.writer) };
+                kv.k.put(b.pos0 + i, &k[i * kvd..(i + 1) * kvd], meta);
+                kv.v.put(b.pos0 + i, &v[i * kvd..(i + 1) * kvd], meta);
+            }
+            let cache = &*kv;
+            att.par_chunks_mut(qd).enumerate().for_each(|(i, out)| {
+                let t = b.pos0 + i;
+                let mut scores = Vec::with_capacity(t + 1);
+                for head in 0..c.heads {
+                    let g = group_of(head, group);
+                    let rows =
+                        (0..=t).map(|p| (&cache.k.get(p)[g * hd..(g + 1) * hd], &cache.v.get(p)[g * hd..(g + 1) * hd]));
+                    let qh = &q[i * qd + head * hd..i * qd + (head + 1) * hd];
+                    attend(qh, rows, scale, &mut scores, &mut out[head * hd..(head + 1) * hd]);
+                }
+            });
+            qmatmul(&att, s, &layer.wo, &mut o);
+            x.iter_mut().zip(&o).for_each(|(a, d)| *a += d);
+
+            xn.copy_from_slice(&x);
+            rms_norm(&mut xn, &layer.ffn_norm, c.norm_eps);
+            qmatmul(&xn, s, &layer.gate, &mut gate);
+            qmatmul(&xn, s, &layer.up, &mut up);
+            gate.iter_mut().zip(&up).for_each(|(g, u)| *g = silu(*g) * u);
+            qmatmul(&gate, s, &layer.down, &mut o);
+            x.iter_mut().zip(&o).for_each(|(a, d)| *a += d);
+        }
+        x
+    }
+
+    /// The logits of one residual row: final RMSNorm, then the output head.
+    pub fn logits_of(&self, row: &[f32]) -> Vec<f32> {
+        let mut last = row.to_vec();
+        rms_norm(&mut last, &self.final_norm, self.config.norm_eps);
+        let mut logits = vec![0.0; self.config.vocab];
+        qmatmul(&last, 1, &self.output, &mut logits);
+        logits
+    }
+}
+
+/// The kv head query head `head` reads (`group` query heads share one).
+fn group_of(head: usize, group: usize) -> usize {
+    head / group
+}
