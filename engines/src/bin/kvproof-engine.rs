@@ -20,7 +20,7 @@ use serde_json::{Map, Value};
 /// Set KVPROOF_PREFIX_LOG=1 to print one `[PREFIX]` line per request on stderr.
 #[derive(Debug, Parser)]
 #[command(name = "kvproof-engine", version)]
-#[command(group(ArgGroup::new("source").required(true).args(["model", "preset", "bench"])))]
+#[command(group(ArgGroup::new("source").required(true).multiple(true).args(["model", "preset", "bench", "gguf"])))]
 struct Cli {
     /// Engine family (e.g. inkling). Required with --preset; with --model it must match config.json.
     #[arg(long)]
@@ -29,6 +29,11 @@ struct Cli {
     /// Model directory (config.json + model.safetensors).
     #[arg(long, conflicts_with_all = ["preset", "bench"])]
     model: Option<PathBuf>,
+
+    /// A GGUF model file (with --arch llama, e.g. SmolLM2 from `bash ci/fetch-smollm2.sh`); with --bench, its
+    /// prefill and decode speed.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["model", "preset"])]
+    gguf: Option<PathBuf>,
 
     /// Generate a deterministic random-init model in memory: tiny, small or bench.
     #[arg(long, value_parser = parse_preset, conflicts_with = "bench", requires = "arch")]
@@ -86,7 +91,7 @@ fn model_config(arch: &str, preset: Preset, overrides: &Map<String, Value>) -> a
 /// The reuse rule a bundled engine follows, as CAPS `reuse_rule=` declares it (docs/protocol.md).
 fn reuse_rule(info: &EngineInfo) -> Option<String> {
     match info.arch.as_str() {
-        "inkling" | "kimi" | "deepseek" => Some("strict".into()),
+        "inkling" | "kimi" | "deepseek" | "llama" => Some("strict".into()),
         "glm" => Some("lcp".into()),
         "glm53" => info.prompt_rows.filter(|&r| r > 0).map(|r| format!("grid:{r}")),
         _ => None,
@@ -95,6 +100,13 @@ fn reuse_rule(info: &EngineInfo) -> Option<String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(path) = cli.gguf.as_deref().filter(|p| !p.is_file()) {
+        eprintln!(
+            "kvproof-engine: {} not found: fetch SmolLM2 with `bash ci/fetch-smollm2.sh [CACHE_DIR]`",
+            path.display()
+        );
+        return ExitCode::from(2);
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -105,6 +117,14 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    if let Some(path) = &cli.gguf {
+        if let Some(arch) = cli.arch.as_deref().filter(|a| *a != "llama") {
+            bail!("--gguf serves --arch llama, not {arch}");
+        }
+        if cli.bench {
+            return bench_gguf(path);
+        }
+    }
     if cli.bench {
         let arches: Vec<&str> = match &cli.arch {
             Some(arch) => vec![bundled::arch(arch)?.name],
@@ -119,6 +139,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 
     let (mut engine, kv_share) = match (&cli.model, cli.preset) {
+        _ if cli.gguf.is_some() => {
+            let path = cli.gguf.as_deref().context("--gguf")?;
+            let engine = kvproof_engines::arch::llama::open_gguf(path, cli.fault)
+                .with_context(|| format!("opening {}", path.display()))?;
+            (engine, false)
+        }
         (Some(dir), None) => {
             let engine = bundled::open_dir(dir, cli.fault).with_context(|| format!("opening {}", dir.display()))?;
             let arch = engine.info().arch;
@@ -160,6 +186,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Err(ServeError::Write(e)) if e.kind() == ErrorKind::BrokenPipe => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Prefill and decode tokens/s of the GGUF model at `path` for prompts of 128, 512 and 2048 ids.
+fn bench_gguf(path: &std::path::Path) -> anyhow::Result<()> {
+    let model = kvproof_engines::arch::llama::load(path).with_context(|| format!("opening {}", path.display()))?;
+    println!("# {} ({} threads)", path.display(), rayon::current_num_threads());
+    println!("{:>7} {:>12} {:>7} {:>12}", "prompt", "prefill t/s", "decode", "decode t/s");
+    for r in kvproof_engines::arch::llama::bench(&model, &[128, 512, 2048], 32) {
+        println!("{:>7} {:>12.1} {:>7} {:>12.1}", r.prompt, r.prefill_tok_s, r.decode, r.decode_tok_s);
+    }
+    Ok(())
 }
 
 /// Serve `engine` over HTTP on 127.0.0.1:`port` until the process is stopped.

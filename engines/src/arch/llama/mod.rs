@@ -61,3 +61,60 @@ pub fn load(path: &Path) -> Result<Model> {
 pub fn open_gguf(path: &Path, fault: Option<Fault>) -> Result<Box<dyn Engine>> {
     Ok(Box::new(BundledEngine::new(Arc::new(load(path)?), fault)))
 }
+
+/// One line of `kvproof-engine --bench --gguf`: a prompt of `prompt` ids prefilled in `prefill_chunk` segments,
+/// then `decode` single-id steps.
+#[derive(Debug, Clone, Copy)]
+pub struct BenchRow {
+    pub prompt: usize,
+    pub prefill_tok_s: f64,
+    pub decode: usize,
+    pub decode_tok_s: f64,
+}
+
+/// Prefill and decode speed of `model` for prompts of each of `lens` ids (deterministic ids spread over the
+/// vocabulary), `decode` steps after each.
+pub fn bench(model: &Model, lens: &[usize], decode: usize) -> Vec<BenchRow> {
+    use crate::dump::{Writer, WriterKind};
+    let writer = Writer { request: 1, kind: WriterKind::Prefill { chunk: 0, chunk_rows: 0 } };
+    let c = &model.config;
+    let vocab = c.vocab as u64;
+    let mut rows = Vec::new();
+    for &len in lens {
+        let ids: Vec<u32> = (0..len as u64).map(|i| ((i * 7919 + 13) % (vocab - 100) + 100) as u32).collect();
+        let mut st = State::new(&Config {
+            base: crate::config::BaseConfig { initial_capacity: len + decode, ..c.base.clone() },
+            ..c.clone()
+        });
+        let t0 = std::time::Instant::now();
+        let mut logits = Vec::new();
+        for (i, seg) in ids.chunks(c.prefill_chunk.max(1)).enumerate() {
+            logits = model.forward(&mut st, &Batch { ids: seg, pos0: i * c.prefill_chunk, writer });
+        }
+        let prefill = t0.elapsed().as_secs_f64();
+        let t1 = std::time::Instant::now();
+        for step in 0..decode {
+            let id = argmax(&logits);
+            logits = model.forward(&mut st, &Batch { ids: &[id], pos0: len + step, writer });
+        }
+        let dec = t1.elapsed().as_secs_f64();
+        rows.push(BenchRow {
+            prompt: len,
+            prefill_tok_s: len as f64 / prefill,
+            decode,
+            decode_tok_s: decode as f64 / dec,
+        });
+    }
+    rows
+}
+
+/// The first id of the largest logit.
+fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &l) in logits.iter().enumerate() {
+        if l > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
