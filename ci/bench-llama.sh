@@ -27,6 +27,7 @@ ours=$(RAYON_NUM_THREADS=$threads "$bin" --bench --gguf "$gguf")
 "$server" -m "$gguf" -np 1 -c 4096 -t "$threads" --port "$port" >/tmp/bench-llama-server.$$.log 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT
+trap 'exit 143' INT TERM
 python3 - "$port" "$ours" <<'PY'
 import json, sys, time, urllib.request
 
