@@ -8,6 +8,7 @@
 
 pub mod arch;
 pub mod bench;
+pub mod bpe;
 pub mod bundled;
 pub mod cache;
 pub mod chat;
