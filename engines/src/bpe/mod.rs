@@ -3,8 +3,9 @@
 //!
 //! Encoding follows llama.cpp's `llama_tokenize`: special tokens are cut out of the text first (control tokens only
 //! when parsing specials, user-defined tokens always, longest first), the text between them is split into words by
-//! the pre-tokenizer, each word's bytes are merged lowest rank first (leftmost on ties), and a merged piece that is
-//! not a token falls back to its bytes' tokens.
+//! the pre-tokenizer, each word's bytes are merged lowest rank first (leftmost on ties). A byte the vocabulary has
+//! no token for is dropped, as llama.cpp drops it (SmolLM2 has none for 21 bytes: six control characters and the
+//! bytes UTF-8 never uses).
 
 mod pretokenize;
 
@@ -46,8 +47,6 @@ pub struct BpeVocab {
 pub enum BpeError {
     #[error("pre-tokenizer `{0}` is not supported (supported: smollm)")]
     Pre(String),
-    #[error("the vocabulary has no token for byte {0:#04x}")]
-    MissingByte(u8),
     #[error("tokenizer.ggml.token_type has {types} entries for {tokens} tokens")]
     TypeCount { types: usize, tokens: usize },
     #[error("merge {index} `{text}` is not two tokens separated by a space")]
@@ -62,7 +61,7 @@ pub struct Bpe {
     /// Each token's bytes (normal tokens decoded from GPT-2's spelling; control and user-defined as written).
     pieces: Vec<Vec<u8>>,
     types: Vec<i32>,
-    /// The token of each byte.
+    /// The token of each byte (`NONE` where the vocabulary has none).
     byte_token: [u32; 256],
     /// (left, right) -> (rank, merged token)
     merges: HashMap<(u32, u32), (u32, u32)>,
@@ -76,6 +75,8 @@ pub struct Bpe {
     /// fall back to bytes; reported, never seen in a released vocabulary).
     pub unusable_merges: usize,
 }
+
+const NONE: u32 = u32::MAX;
 
 /// GPT-2's reversible spelling of bytes as printable characters.
 pub fn byte_to_char(b: u8) -> char {
@@ -118,11 +119,13 @@ impl Bpe {
                 if raw { None } else { text.chars().map(|c| to_byte.get(&c).copied()).collect() };
             pieces.push(decoded.unwrap_or_else(|| text.as_bytes().to_vec()));
         }
-        let mut byte_token = [0u32; 256];
+        let mut byte_token = [NONE; 256];
         for b in 0..=255u8 {
             let mut s = [0u8; 4];
             let spelled = byte_to_char(b).encode_utf8(&mut s);
-            byte_token[b as usize] = *ids.get(&*spelled).ok_or(BpeError::MissingByte(b))?;
+            if let Some(&id) = ids.get(&*spelled) {
+                byte_token[b as usize] = id;
+            }
         }
         let mut merges = HashMap::with_capacity(vocab.merges.len());
         let mut unusable_merges = 0;
@@ -255,7 +258,7 @@ impl Bpe {
     /// Merge one word's byte tokens, lowest rank first and leftmost among equal ranks.
     fn merge_word(&self, word: &[u8], out: &mut Vec<u32>) {
         if word.len() == 1 {
-            out.push(self.byte_token[word[0] as usize]);
+            out.extend(Some(self.byte_token[word[0] as usize]).filter(|&id| id != NONE));
             return;
         }
         // symbols in a linked list; a merge keeps the left one
@@ -265,6 +268,7 @@ impl Bpe {
         let mut prev: Vec<usize> = (0..n).map(|i| i.wrapping_sub(1)).collect();
         let mut alive = vec![true; n];
         let mut heap = BinaryHeap::new();
+        // a missing byte (NONE) is in no merge
         let pair = |ids: &[u32], l: usize, r: usize| self.merges.get(&(ids[l], ids[r])).copied();
         for i in 0..n - 1 {
             if let Some((rank, merged)) = pair(&ids, i, i + 1) {
@@ -295,7 +299,7 @@ impl Bpe {
                 }
             }
         }
-        out.extend((0..n).filter(|&i| alive[i]).map(|i| ids[i]));
+        out.extend((0..n).filter(|&i| alive[i] && ids[i] != NONE).map(|i| ids[i]));
     }
 }
 
