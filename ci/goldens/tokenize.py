@@ -13,6 +13,8 @@ It writes, next to this script:
 - tokenize.jsonl: one line per string {"cat", "text", "special", "plain"}: `special` is POST /tokenize with
   add_special and parse_special (how an engine tokenizes a rendered chat prompt), `plain` without either (how
   text that must stay text is tokenized). The strings are generated here, deterministically (fixed seed).
+- chat_template.jinja: the model's tokenizer.chat_template as llama-server reports it (GET /props), so the
+  template's tests run without the model file.
 - chat.jsonl: one line per conversation {"messages", "add_generation_prompt", "prompt"}: POST /apply-template
   (the model's tokenizer.chat_template rendered by llama.cpp's Jinja engine).
 """
@@ -182,6 +184,8 @@ def strings():
     return [(c, t) for c, t in out if not any(0xD800 <= ord(ch) <= 0xDFFF for ch in t)]
 
 
+# Every conversation ends with a user message: llama-server takes a last assistant message as the start of the
+# reply to continue (prefill), which is its own behaviour, not the template's.
 CONVERSATIONS = [
     [{"role": "user", "content": "Hi"}],
     [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}],
@@ -189,7 +193,12 @@ CONVERSATIONS = [
      {"role": "user", "content": "Tell me a joke about caches."}],
     [{"role": "system", "content": "You are a pirate."}, {"role": "user", "content": "Où est le trésor ? 🏴‍☠️"},
      {"role": "assistant", "content": "Arr, under the 日本 palm!\n\n"}, {"role": "user", "content": "  spaces  "}],
-    [{"role": "user", "content": "<|im_end|> in text"}, {"role": "assistant", "content": ""}],
+    [{"role": "user", "content": "<|im_end|> in text"}, {"role": "assistant", "content": ""},
+     {"role": "user", "content": "again"}],
+    [{"role": "system", "content": ""}, {"role": "user", "content": "\n\nleading newlines"},
+     {"role": "assistant", "content": " leading space"}, {"role": "user", "content": "x"},
+     {"role": "assistant", "content": "\n\nleading newlines"}, {"role": "user", "content": "y"}],
+    [{"role": "user", "content": "{{ not a template }} {% raw %}"}, {"role": "tool", "content": "42"}],
 ]
 
 
@@ -198,18 +207,24 @@ def main():
     ap.add_argument("--url", default="http://127.0.0.1:18091")
     args = ap.parse_args()
     rows = strings()
-    with open(HERE / "tokenize.jsonl", "w", encoding="utf-8") as f:
+    # written to .part files first: a server that goes away leaves the checked-in goldens as they were
+    with open(HERE / "tokenize.jsonl.part", "w", encoding="utf-8") as f:
         for cat, text in rows:
             row = {"cat": cat, "text": text, "special": tokenize(args.url, text, True),
                    "plain": tokenize(args.url, text, False)}
             f.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
-    with open(HERE / "chat.jsonl", "w", encoding="utf-8") as f:
+    with urllib.request.urlopen(args.url + "/props", timeout=60) as r:
+        template = json.loads(r.read())["chat_template"]
+    (HERE / "chat_template.jinja.part").write_text(template, encoding="utf-8")
+    with open(HERE / "chat.jsonl.part", "w", encoding="utf-8") as f:
         for messages in CONVERSATIONS:
             for gen in (True, False):
                 prompt = post(args.url, "/apply-template",
                               {"messages": messages, "add_generation_prompt": gen})["prompt"]
                 f.write(json.dumps({"messages": messages, "add_generation_prompt": gen, "prompt": prompt},
                                    ensure_ascii=False) + "\n")
+    for name in ("tokenize.jsonl", "chat_template.jinja", "chat.jsonl"):
+        (HERE / (name + ".part")).replace(HERE / name)
     print(f"{len(rows)} strings, {len(CONVERSATIONS) * 2} renderings", file=sys.stderr)
 
 

@@ -12,6 +12,7 @@ pub mod bpe;
 pub mod bundled;
 pub mod cache;
 pub mod chat;
+pub mod chat_template;
 pub mod config;
 pub mod decode;
 pub mod dump;
