@@ -31,6 +31,7 @@ pub mod sampler;
 pub mod serve;
 pub mod state_diff;
 pub mod tensors;
+pub mod text_tokenizer;
 pub mod tokenizer;
 pub mod weights;
 
