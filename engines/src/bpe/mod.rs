@@ -173,7 +173,7 @@ impl Bpe {
         self.eos
     }
 
-    /// The token whose text is exactly `text` (GGUF spelling), if any.
+    /// A token's GGUF type (`token_type::*`).
     pub fn token_type(&self, id: u32) -> Option<i32> {
         self.types.get(id as usize).copied()
     }
