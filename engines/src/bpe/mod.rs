@@ -11,6 +11,31 @@ mod pretokenize;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// The merge table's hasher: its keys are two token ids packed in a u64, hashed by one multiplication (the
+/// default SipHash costs more than the merging itself).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PairHasher(u64);
+
+impl Hasher for PairHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 ^= self.0 >> 32;
+    }
+}
+
+fn pair_key(l: u32, r: u32) -> u64 {
+    (l as u64) << 32 | r as u64
+}
 
 pub use pretokenize::{decode_lenient, encode_utf8, split};
 
@@ -64,7 +89,7 @@ pub struct Bpe {
     /// The token of each byte (`NONE` where the vocabulary has none).
     byte_token: [u32; 256],
     /// (left, right) -> (rank, merged token)
-    merges: HashMap<(u32, u32), (u32, u32)>,
+    merges: HashMap<u64, (u32, u32), BuildHasherDefault<PairHasher>>,
     /// Tokens recognised in text before pre-tokenizing, longest first: (text, id, control-like).
     specials: Vec<(Vec<u8>, u32, bool)>,
     bos: Option<u32>,
@@ -127,14 +152,14 @@ impl Bpe {
                 byte_token[b as usize] = id;
             }
         }
-        let mut merges = HashMap::with_capacity(vocab.merges.len());
+        let mut merges = HashMap::with_capacity_and_hasher(vocab.merges.len(), BuildHasherDefault::default());
         let mut unusable_merges = 0;
         for (rank, m) in vocab.merges.iter().enumerate() {
             let (l, r) = m.split_once(' ').ok_or_else(|| BpeError::Merge { index: rank, text: m.clone() })?;
             let merged = format!("{l}{r}");
             match (ids.get(l), ids.get(r), ids.get(merged.as_str())) {
                 (Some(&a), Some(&b), Some(&c)) => {
-                    merges.entry((a, b)).or_insert((rank as u32, c));
+                    merges.entry(pair_key(a, b)).or_insert((rank as u32, c));
                 }
                 _ => unusable_merges += 1,
             }
@@ -269,7 +294,7 @@ impl Bpe {
         let mut alive = vec![true; n];
         let mut heap = BinaryHeap::new();
         // a missing byte (NONE) is in no merge
-        let pair = |ids: &[u32], l: usize, r: usize| self.merges.get(&(ids[l], ids[r])).copied();
+        let pair = |ids: &[u32], l: usize, r: usize| self.merges.get(&pair_key(ids[l], ids[r])).copied();
         for i in 0..n - 1 {
             if let Some((rank, merged)) = pair(&ids, i, i + 1) {
                 heap.push(Reverse((rank, i, i + 1, ids[i], ids[i + 1], merged)));
