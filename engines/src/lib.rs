@@ -1,6 +1,6 @@
 //! kvproof-engines: the engines kvproof bundles, their shared core, and the stdio serve protocol.
 //!
-//! Layout: the shared core (`config`, `weights`, `tensors`, `fixture`, `tokenizer`, `chat`, `kernels`, `sampler`,
+//! Layout: the shared core (`config`, `weights`, `tensors`, `gguf`, `fixture`, `tokenizer`, `chat`, `kernels`, `sampler`,
 //! `prefix`, `cache`, `moe`, `dump`, `state_diff`, `engine`, `fault`), the one request loop every bundled engine
 //! runs (`engine_loop`: `BundledEngine<A: Arch>`), one folder per arch under `arch/` (its config, weights, forward
 //! pass, slot state, reuse rule and fault hooks), the serve protocol under `serve/`, and `bundled` to open any of
@@ -8,9 +8,11 @@
 
 pub mod arch;
 pub mod bench;
+pub mod bpe;
 pub mod bundled;
 pub mod cache;
 pub mod chat;
+pub mod chat_template;
 pub mod config;
 pub mod decode;
 pub mod dump;
@@ -20,6 +22,7 @@ pub mod engine_loop;
 pub mod error;
 pub mod fault;
 pub mod fixture;
+pub mod gguf;
 pub mod kernels;
 pub mod moe;
 pub mod prefix;
@@ -28,6 +31,7 @@ pub mod sampler;
 pub mod serve;
 pub mod state_diff;
 pub mod tensors;
+pub mod text_tokenizer;
 pub mod tokenizer;
 pub mod weights;
 

@@ -111,7 +111,7 @@ const TILE_BYTES: usize = 128 << 10;
 /// Row blocks of 4 go through `acc_4x2` over a cache-sized tile of weight rows (an odd last weight row is paired
 /// with itself, and one of the two equal results kept); up to 3 rows left over go through `acc_1x4` one row at a
 /// time, as a single row (decode) does.
-fn block_invariant(x: &[f32], w: &[f32], in_dim: usize, y: &mut [f32], y_stride: usize) {
+pub(super) fn block_invariant(x: &[f32], w: &[f32], in_dim: usize, y: &mut [f32], y_stride: usize) {
     let rows = x.len() / in_dim;
     let cols = w.len() / in_dim;
     let xrow = |r: usize| x[r * in_dim..(r + 1) * in_dim].as_chunks::<LANES>();

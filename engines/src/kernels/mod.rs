@@ -6,12 +6,14 @@ mod activation;
 mod attention;
 mod matmul;
 mod norm;
+mod quant;
 mod rope;
 
 pub use activation::{silu, softmax_in_place};
 pub use attention::attend;
 pub use matmul::{dot, matmul, matmul_with};
 pub use norm::rms_norm;
+pub use quant::{dequantize_row, f16_to_f32, qmatmul, QBytes, QMatrix, QType, QK};
 pub use rope::Rope;
 
 /// How a kernel splits a reduction. `Invariant` is the default; `Tiled(n)` splits each reduction into `n`

@@ -1,0 +1,359 @@
+//! Weights stored as GGUF blocks (Q4_1, Q8_0, or plain F32), multiplied without expanding the whole matrix:
+//! each task dequantizes a few weight rows into a small scratch buffer and runs the invariant blocked kernel on
+//! them. So `y[r, o]` is exactly `dot(x[r, :], dequant(w[o, :]))` — the fixed-order dot of the f32 kernels — for
+//! every batch size and split: a row's result is bitwise the same alone, in any batch, and in decode.
+//! Parallelism goes over groups of output rows only.
+//!
+//! Block layouts (little-endian): Q4_1 holds 32 weights in 20 bytes — scale `d` (f16), minimum `m` (f16), then
+//! 16 bytes whose low nibbles are weights 0..16 and high nibbles weights 16..32, each `q * d + m`. Q8_0 holds 32
+//! weights in 34 bytes — scale `d` (f16) then 32 signed bytes, each `q * d`.
+
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use super::matmul::block_invariant;
+
+/// Weights in one block of Q4_1 or Q8_0.
+pub const QK: usize = 32;
+
+/// A quantized matrix's storage type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QType {
+    F32,
+    Q4_1,
+    Q8_0,
+}
+
+impl QType {
+    /// Bytes of one row of `n` weights (`n` a multiple of the block size for the block types).
+    pub fn row_bytes(self, n: usize) -> usize {
+        match self {
+            QType::F32 => n * 4,
+            QType::Q4_1 => n / QK * 20,
+            QType::Q8_0 => n / QK * 34,
+        }
+    }
+
+    /// Weights per block.
+    pub fn block(self) -> usize {
+        match self {
+            QType::F32 => 1,
+            QType::Q4_1 | QType::Q8_0 => QK,
+        }
+    }
+}
+
+/// IEEE half to single precision (exact: every f16 is an f32).
+#[inline]
+pub fn f16_to_f32(h: u16) -> f32 {
+    let sign = u32::from(h >> 15) << 31;
+    let exp = u32::from((h >> 10) & 0x1f);
+    let man = u32::from(h & 0x3ff);
+    let bits = match (exp, man) {
+        (0, 0) => sign,
+        (0, m) => {
+            // subnormal: m · 2^-24
+            let v = m as f32 * (1.0 / 16_777_216.0);
+            return if sign != 0 { -v } else { v };
+        }
+        (0x1f, m) => sign | 0x7f80_0000 | (m << 13),
+        (e, m) => sign | ((e + 112) << 23) | (m << 13),
+    };
+    f32::from_bits(bits)
+}
+
+#[inline]
+fn half(b: &[u8], at: usize) -> f32 {
+    f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
+}
+
+/// Dequantize one row's bytes (`out.len()` weights) of type `ty` into `out`.
+pub fn dequantize_row(ty: QType, bytes: &[u8], out: &mut [f32]) {
+    debug_assert_eq!(bytes.len(), ty.row_bytes(out.len()));
+    match ty {
+        QType::F32 => {
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+        QType::Q4_1 => {
+            for (o, b) in out.chunks_exact_mut(QK).zip(bytes.chunks_exact(20)) {
+                let (d, m) = (half(b, 0), half(b, 2));
+                let qs = &b[4..20];
+                let (lo, hi) = o.split_at_mut(16);
+                for j in 0..16 {
+                    lo[j] = f32::from(qs[j] & 0x0f) * d + m;
+                    hi[j] = f32::from(qs[j] >> 4) * d + m;
+                }
+            }
+        }
+        QType::Q8_0 => {
+            for (o, b) in out.chunks_exact_mut(QK).zip(bytes.chunks_exact(34)) {
+                let d = half(b, 0);
+                for (v, &q) in o.iter_mut().zip(&b[2..34]) {
+                    *v = f32::from(q as i8) * d;
+                }
+            }
+        }
+    }
+}
+
+/// Where a matrix's bytes live: its own buffer, or a range of a shared one (a memory-mapped file).
+#[derive(Clone)]
+pub enum QBytes {
+    Owned(Arc<[u8]>),
+    Shared { src: Arc<dyn AsRef<[u8]> + Send + Sync>, start: usize, len: usize },
+}
+
+impl std::fmt::Debug for QBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "QBytes({} bytes)", self.as_slice().len())
+    }
+}
+
+impl QBytes {
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            QBytes::Owned(b) => b,
+            QBytes::Shared { src, start, len } => &(**src).as_ref()[*start..*start + *len],
+        }
+    }
+}
+
+/// A weight matrix `W[out, in]` in GGUF blocks, row by row.
+#[derive(Debug, Clone)]
+pub struct QMatrix {
+    pub ty: QType,
+    pub out_dim: usize,
+    pub in_dim: usize,
+    bytes: QBytes,
+}
+
+impl QMatrix {
+    /// `bytes` must hold exactly `out_dim` rows of `in_dim` weights of type `ty`.
+    pub fn new(ty: QType, out_dim: usize, in_dim: usize, bytes: QBytes) -> Result<Self, String> {
+        if !in_dim.is_multiple_of(ty.block()) {
+            return Err(format!("rows of {in_dim} weights are not whole {ty:?} blocks"));
+        }
+        let want = out_dim.checked_mul(ty.row_bytes(in_dim)).ok_or("size overflows")?;
+        if bytes.as_slice().len() != want {
+            return Err(format!(
+                "{} bytes for {out_dim} x {in_dim} {ty:?} weights, expected {want}",
+                bytes.as_slice().len()
+            ));
+        }
+        Ok(QMatrix { ty, out_dim, in_dim, bytes })
+    }
+
+    /// A matrix quantized from f32 rows (tests and synthetic models): Q8_0 and Q4_1 rounded to nearest.
+    pub fn quantize(ty: QType, w: &[f32], out_dim: usize, in_dim: usize) -> Self {
+        assert_eq!(w.len(), out_dim * in_dim);
+        let mut out = Vec::with_capacity(out_dim * ty.row_bytes(in_dim));
+        match ty {
+            QType::F32 => w.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+            QType::Q8_0 => {
+                for b in w.chunks_exact(QK) {
+                    let amax = b.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+                    let d = f16_round(amax / 127.0);
+                    out.extend_from_slice(&f32_to_f16(d).to_le_bytes());
+                    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                    out.extend(b.iter().map(|v| (v * id).round().clamp(-127.0, 127.0) as i8 as u8));
+                }
+            }
+            QType::Q4_1 => {
+                for b in w.chunks_exact(QK) {
+                    let lo = b.iter().fold(f32::INFINITY, |a, &v| a.min(v));
+                    let hi = b.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
+                    let (d, m) = (f16_round((hi - lo) / 15.0), f16_round(lo));
+                    out.extend_from_slice(&f32_to_f16(d).to_le_bytes());
+                    out.extend_from_slice(&f32_to_f16(m).to_le_bytes());
+                    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                    let q = |v: f32| ((v - m) * id).round().clamp(0.0, 15.0) as u8;
+                    for j in 0..16 {
+                        out.push(q(b[j]) | (q(b[j + 16]) << 4));
+                    }
+                }
+            }
+        }
+        QMatrix { ty, out_dim, in_dim, bytes: QBytes::Owned(out.into()) }
+    }
+
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        self.ty.row_bytes(self.in_dim)
+    }
+
+    /// Row `o` dequantized into `out` (`in_dim` long): an embedding lookup.
+    pub fn row(&self, o: usize, out: &mut [f32]) {
+        let rb = self.row_bytes();
+        dequantize_row(self.ty, &self.bytes.as_slice()[o * rb..(o + 1) * rb], out);
+    }
+
+    /// Every row dequantized (tests only: the engine never expands a whole matrix).
+    pub fn dequantize(&self) -> Vec<f32> {
+        let mut w = vec![0.0; self.out_dim * self.in_dim];
+        for (o, r) in w.chunks_exact_mut(self.in_dim).enumerate() {
+            self.row(o, r);
+        }
+        w
+    }
+
+    /// Rows `o0..o0 + n` dequantized into `out`.
+    fn rows(&self, o0: usize, out: &mut [f32]) {
+        let rb = self.row_bytes();
+        let n = out.len() / self.in_dim;
+        let bytes = &self.bytes.as_slice()[o0 * rb..(o0 + n) * rb];
+        for (r, b) in out.chunks_exact_mut(self.in_dim).zip(bytes.chunks_exact(rb)) {
+            dequantize_row(self.ty, b, r);
+        }
+    }
+}
+
+/// Round to the nearest f16 value (for `quantize`).
+fn f16_round(v: f32) -> f32 {
+    f16_to_f32(f32_to_f16(v))
+}
+
+/// Single to half precision, rounding to nearest even (normal range; tiny values flush to zero, huge saturate).
+fn f32_to_f16(v: f32) -> u16 {
+    let bits = v.to_bits();
+    let sign = ((bits >> 16) & 0x8000) as u16;
+    let exp = ((bits >> 23) & 0xff) as i32 - 127 + 15;
+    if exp <= 0 {
+        return sign;
+    }
+    if exp >= 0x1f {
+        return sign | 0x7bff;
+    }
+    let man = bits & 0x7f_ffff;
+    let mut h = ((exp as u32) << 10) | (man >> 13);
+    let rest = man & 0x1fff;
+    if rest > 0x1000 || (rest == 0x1000 && h & 1 == 1) {
+        h += 1;
+    }
+    sign | h.min(0x7bff) as u16
+}
+
+/// Weight rows one task dequantizes and multiplies at a time (a multiple of 4; a few KB per row).
+const GROUP: usize = 32;
+
+/// `y[r, o] = dot(x[r, :], dequant(w[o, :]))` for every row of `x` (`rows x in`) and of `w`: the invariant order,
+/// parallel over groups of output rows.
+pub fn qmatmul(x: &[f32], rows: usize, w: &QMatrix, y: &mut [f32]) {
+    let (out_dim, in_dim) = (w.out_dim, w.in_dim);
+    assert_eq!(x.len(), rows * in_dim, "qmatmul: x is not rows x in");
+    assert_eq!(y.len(), rows * out_dim, "qmatmul: y is not rows x out");
+    let groups = out_dim.div_ceil(GROUP);
+    let group = |g: usize| {
+        let o0 = g * GROUP;
+        let n = GROUP.min(out_dim - o0);
+        let mut wd = vec![0.0f32; n * in_dim];
+        w.rows(o0, &mut wd);
+        let mut part = vec![0.0f32; rows * n];
+        block_invariant(x, &wd, in_dim, &mut part, n);
+        part
+    };
+    if rows == 1 {
+        // decode: each group writes its own slice of the one output row
+        y.par_chunks_mut(GROUP).enumerate().for_each(|(g, yg)| yg.copy_from_slice(&group(g)));
+        return;
+    }
+    let parts: Vec<Vec<f32>> = (0..groups).into_par_iter().map(group).collect();
+    for (g, part) in parts.iter().enumerate() {
+        let (o0, n) = (g * GROUP, part.len() / rows);
+        for (yr, pr) in y.chunks_exact_mut(out_dim).zip(part.chunks_exact(n)) {
+            yr[o0..o0 + n].copy_from_slice(pr);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::dot;
+    use crate::rng::SplitMix64;
+    use proptest::prelude::*;
+
+    fn random(n: usize, seed: u64) -> Vec<f32> {
+        let mut r = SplitMix64::new(seed);
+        (0..n).map(|_| r.uniform(1.0)).collect()
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|f| f.to_bits()).collect()
+    }
+
+    const TYPES: [QType; 3] = [QType::F32, QType::Q4_1, QType::Q8_0];
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+        /// A row's output is bitwise the same alone (decode), inside a batch of any size and at any place in it,
+        /// and equal to the fixed-order `dot` against the dequantized weight row, for every storage type.
+        #[test]
+        fn qmatmul_is_batch_invariant(
+            t in 0usize..3, rows in 1usize..40, out_dim in 1usize..100, blocks in 1usize..6,
+            pick in any::<prop::sample::Index>(), seed in any::<u64>()
+        ) {
+            let ty = TYPES[t];
+            let in_dim = blocks * QK;
+            let x = random(rows * in_dim, seed);
+            let w = QMatrix::quantize(ty, &random(out_dim * in_dim, seed ^ 1), out_dim, in_dim);
+            let mut y = vec![0.0; rows * out_dim];
+            qmatmul(&x, rows, &w, &mut y);
+            let r = pick.index(rows);
+            let xr = &x[r * in_dim..(r + 1) * in_dim];
+            let mut alone = vec![0.0; out_dim];
+            qmatmul(xr, 1, &w, &mut alone);
+            prop_assert_eq!(bits(&alone), bits(&y[r * out_dim..(r + 1) * out_dim]));
+            let wd = w.dequantize();
+            let want: Vec<f32> = wd.chunks_exact(in_dim).map(|wr| dot(xr, wr)).collect();
+            prop_assert_eq!(bits(&alone), bits(&want));
+            // a sub-batch that starts at the picked row gives the same bits too
+            let sub = rows - r;
+            let mut part = vec![0.0; sub * out_dim];
+            qmatmul(&x[r * in_dim..], sub, &w, &mut part);
+            prop_assert_eq!(bits(&part[..out_dim]), bits(&alone));
+        }
+    }
+
+    #[test]
+    fn blocks_dequantize_as_laid_out() {
+        // Q8_0: d = 0.5, q = 0..32 (as i8, some negative)
+        let mut b = f32_to_f16(0.5).to_le_bytes().to_vec();
+        b.extend((0..32).map(|i| (i as i8 - 16) as u8));
+        let mut out = [0.0; 32];
+        dequantize_row(QType::Q8_0, &b, &mut out);
+        assert!(out.iter().enumerate().all(|(i, &v)| v == (i as f32 - 16.0) * 0.5));
+        // Q4_1: d = 2, m = -1; byte j holds weight j (low nibble) and weight j + 16 (high nibble)
+        let mut b = f32_to_f16(2.0).to_le_bytes().to_vec();
+        b.extend_from_slice(&f32_to_f16(-1.0).to_le_bytes());
+        b.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
+        dequantize_row(QType::Q4_1, &b, &mut out);
+        for j in 0..16 {
+            assert_eq!(out[j], j as f32 * 2.0 - 1.0);
+            assert_eq!(out[j + 16], (15 - j) as f32 * 2.0 - 1.0);
+        }
+    }
+
+    #[test]
+    fn halves_convert_exactly() {
+        for (h, f) in [(0x3c00u16, 1.0f32), (0xc000, -2.0), (0x0001, 5.960_464_5e-8), (0x7bff, 65504.0), (0, 0.0)] {
+            assert_eq!(f16_to_f32(h), f);
+        }
+        for h in (0x0400u16..0x7c00).step_by(7) {
+            assert_eq!(f32_to_f16(f16_to_f32(h)), h, "{h:#x}");
+        }
+        assert!(f16_to_f32(0x7e00).is_nan());
+    }
+
+    #[test]
+    fn quantization_is_close() {
+        let w = random(8 * 64, 5);
+        for (ty, tol) in [(QType::F32, 0.0), (QType::Q8_0, 0.01), (QType::Q4_1, 0.1)] {
+            let q = QMatrix::quantize(ty, &w, 8, 64).dequantize();
+            let err = w.iter().zip(&q).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+            assert!(err <= tol, "{ty:?}: {err}");
+        }
+    }
+}
