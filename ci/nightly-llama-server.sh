@@ -45,7 +45,11 @@ mkdir -p "$reports"
 log="$reports/llama-server-$stamp.log"
 # -np 2: slot 0 warm, slot 1 cold; -c 8192: 4096 per slot, enough for the longest chat of the corpus.
 # --cache-ram 0: no host-memory prompt cache, so a slot holds only what it was fed (the rule the oracle knows).
-"$server" -m "$gguf" --host 127.0.0.1 --port "$port" -np 2 -c 8192 -t "$(nproc)" --cache-ram 0 >"$log" 2>&1 &
+# --slot-save-path: llama-server takes slot actions (the erase that resets the warm instance) only with it.
+slots_dir="$reports/llama-server-$stamp-slots"
+mkdir -p "$slots_dir"
+"$server" -m "$gguf" --host 127.0.0.1 --port "$port" -np 2 -c 8192 -t "$(nproc)" --cache-ram 0 \
+  --slot-save-path "$slots_dir" >"$log" 2>&1 &
 server_pid=$!
 trap 'kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true' EXIT
 

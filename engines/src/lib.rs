@@ -8,9 +8,11 @@
 
 pub mod arch;
 pub mod bench;
+pub mod bpe;
 pub mod bundled;
 pub mod cache;
 pub mod chat;
+pub mod chat_template;
 pub mod config;
 pub mod decode;
 pub mod dump;
@@ -29,6 +31,7 @@ pub mod sampler;
 pub mod serve;
 pub mod state_diff;
 pub mod tensors;
+pub mod text_tokenizer;
 pub mod tokenizer;
 pub mod weights;
 

@@ -37,7 +37,9 @@ pub fn unavailable(case: CaseName, p: &BoundaryParams, info: &EngineInfo, caps: 
             Some(format!("max_ctx {} is too large to overflow quickly (limit {OVERFLOW_CTX_LIMIT})", info.max_ctx))
         }
         CaseName::CancelRetry if !caps.cancel_at_poll => {
-            Some("the driver cannot cancel at a given prefill poll (over stdio the engine's CAPS lack cancel_at=1, and a CANCEL frame races the engine)".into())
+            // over stdio the engine's CAPS lack cancel_at=1 (a CANCEL frame would race the engine); an HTTP API has no
+            // prefill polls at all
+            Some("the driver cannot cancel a request at a given prefill poll".into())
         }
         CaseName::GrowingConversation if continuation::growing_span(p.max_tokens) > room => {
             Some(format!("{} turns do not fit max_ctx {}", continuation::GROWING_TURNS, info.max_ctx))

@@ -235,7 +235,11 @@ impl<'a> Instances<'a> {
     }
 
     fn row(&self, label: &str, role: Role, req: &Request, res: &Result<Generation, DriverError>) {
-        let prompt = req.prompt.len();
+        // a text turn's prompt ids may be unknown (req.prompt empty): the engine's own count then
+        let prompt = match res {
+            Ok(g) if req.prompt.is_empty() => g.prompt_tokens,
+            _ => req.prompt.len(),
+        };
         let (reused, emitted, prefill_ms, decode_ms, wall_ms, outcome) = match res {
             Ok(g) => (g.reused, g.tokens.len(), ms(g.prefill), ms(g.decode), ms(g.wall), "ok".to_string()),
             Err(e) => (None, 0, 0.0, 0.0, 0.0, e.code()),

@@ -183,7 +183,12 @@ pub fn run_plan(ctx: &Paired<'_>, plan_index: usize, plan: &Plan, tap: &mut dyn 
         let mut record = ctx.base_record(plan, plan_index, step, si);
         record.prefix_note = warm.prompt_known.then(|| ps.observe_prompt(&prepared, &warm.request.prompt)).flatten();
         record.warm_first = warm_first;
-        record.prompt_tokens = if warm.prompt_known { warm.request.prompt.len() } else { turn.prompt.len() };
+        record.prompt_tokens = match &warm.result {
+            _ if warm.prompt_known => warm.request.prompt.len(),
+            // a text turn without prompt ids: the length the engine reported (its usage count)
+            Ok(g) => g.prompt_tokens,
+            Err(_) => turn.prompt.len(),
+        };
         record.expected_reuse = expected.as_ref().ok().copied();
         record.timings = TrialTimings {
             warm_ms: warm.wall().map(ms),
