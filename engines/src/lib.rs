@@ -21,6 +21,7 @@ pub mod engine;
 pub mod engine_loop;
 pub mod error;
 pub mod fault;
+mod file_bytes;
 pub mod fixture;
 pub mod gguf;
 pub mod kernels;

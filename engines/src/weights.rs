@@ -7,25 +7,12 @@ use safetensors::tensor::{Dtype, Metadata};
 use safetensors::SafeTensors;
 
 use crate::error::{EngineError, Result};
-
-enum Bytes {
-    Mapped(memmap2::Mmap),
-    Owned(Vec<u8>),
-}
-
-impl Bytes {
-    fn as_slice(&self) -> &[u8] {
-        match self {
-            Bytes::Mapped(m) => m,
-            Bytes::Owned(v) => v,
-        }
-    }
-}
+use crate::file_bytes::FileBytes;
 
 /// A safetensors file's tensors, by name.
 pub struct Weights {
     path: PathBuf,
-    bytes: Bytes,
+    bytes: FileBytes,
     header_len: usize,
     metadata: Metadata,
 }
@@ -39,21 +26,15 @@ impl std::fmt::Debug for Weights {
 impl Weights {
     /// Map a file read-only.
     pub fn open(path: &Path) -> Result<Self> {
-        let file = std::fs::File::open(path).map_err(|source| EngineError::Io { path: path.into(), source })?;
-        // Safety: the map is read-only and private to this process. kvproof never writes a model file while an
-        // engine has it open; a file truncated underneath us by another process is outside what we defend.
-        #[allow(unsafe_code)]
-        let map =
-            unsafe { memmap2::Mmap::map(&file) }.map_err(|source| EngineError::Io { path: path.into(), source })?;
-        Self::parse(path.into(), Bytes::Mapped(map))
+        Self::parse(path.into(), FileBytes::map(path)?)
     }
 
     /// Weights held in memory; `origin` names them in errors.
     pub fn from_bytes(origin: &str, bytes: Vec<u8>) -> Result<Self> {
-        Self::parse(origin.into(), Bytes::Owned(bytes))
+        Self::parse(origin.into(), FileBytes::Owned(bytes))
     }
 
-    fn parse(path: PathBuf, bytes: Bytes) -> Result<Self> {
+    fn parse(path: PathBuf, bytes: FileBytes) -> Result<Self> {
         let (header_len, metadata) = SafeTensors::read_metadata(bytes.as_slice()).map_err(|e| {
             EngineError::Weights { path: path.clone(), message: format!("not a safetensors file: {e}") }
         })?;

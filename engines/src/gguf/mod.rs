@@ -24,6 +24,7 @@ pub use types::GgmlType;
 pub use value::{Value, ValueType};
 
 use crate::error::{EngineError, Result};
+use crate::file_bytes::FileBytes;
 use reader::Cursor;
 
 /// The magic at the start of every GGUF file.
@@ -62,20 +63,6 @@ pub const MAX_DIMS: usize = 4;
 /// How deep arrays may nest (deeper: an error, not a stack overflow).
 pub const MAX_NESTING: usize = 8;
 
-enum Bytes {
-    Mapped(memmap2::Mmap),
-    Owned(Vec<u8>),
-}
-
-impl Bytes {
-    fn as_slice(&self) -> &[u8] {
-        match self {
-            Bytes::Mapped(m) => m,
-            Bytes::Owned(v) => v,
-        }
-    }
-}
-
 /// One entry of the tensor directory, checked against the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TensorInfo {
@@ -111,7 +98,7 @@ pub struct TensorData<'a> {
 /// A GGUF file: its metadata and tensor directory, and its bytes.
 pub struct Gguf {
     path: PathBuf,
-    bytes: Bytes,
+    bytes: FileBytes,
     version: u32,
     alignment: u64,
     data_start: usize,
@@ -135,21 +122,15 @@ impl std::fmt::Debug for Gguf {
 impl Gguf {
     /// Map a file read-only and read its header.
     pub fn open(path: &Path) -> Result<Self> {
-        let file = std::fs::File::open(path).map_err(|source| EngineError::Io { path: path.into(), source })?;
-        // Safety: the map is read-only and private to this process. kvproof never writes a model file while an
-        // engine has it open; a file truncated underneath us by another process is outside what we defend.
-        #[allow(unsafe_code)]
-        let map =
-            unsafe { memmap2::Mmap::map(&file) }.map_err(|source| EngineError::Io { path: path.into(), source })?;
-        Self::parse(path.into(), Bytes::Mapped(map))
+        Self::parse(path.into(), FileBytes::map(path)?)
     }
 
     /// A GGUF held in memory; `origin` names it in errors.
     pub fn from_bytes(origin: &str, bytes: Vec<u8>) -> Result<Self> {
-        Self::parse(origin.into(), Bytes::Owned(bytes))
+        Self::parse(origin.into(), FileBytes::Owned(bytes))
     }
 
-    fn parse(path: PathBuf, bytes: Bytes) -> Result<Self> {
+    fn parse(path: PathBuf, bytes: FileBytes) -> Result<Self> {
         let header = parse_header(bytes.as_slice())
             .map_err(|e| EngineError::Weights { path: path.clone(), message: e.to_string() })?;
         let Header { version, alignment, data_start, metadata, tensors } = header;

@@ -49,13 +49,7 @@ pub fn plans(p: &StressParams, seed: u64, info: &EngineInfo, caps: &Caps) -> Vec
             .map(|t| {
                 let len = lo + rng.below((hi - lo + 1) as u64) as usize;
                 let audio_frames = if audio_last && t + 1 == turns { 1 + rng.below(3) as usize } else { 0 };
-                let prompt = PromptSpec::User { text: random_text(&mut rng, len), audio_frames };
-                let label = format!("turn {}", t + 1);
-                if t == 0 {
-                    Step::setup(label, prompt, p.max_tokens)
-                } else {
-                    Step::compared(label, prompt, p.max_tokens)
-                }
+                conversation_step(t, PromptSpec::User { text: random_text(&mut rng, len), audio_frames }, p.max_tokens)
             })
             .collect();
         plans.push(Plan { name: format!("conv-{index:04}"), seed, slot: p.slot, steps, stale: None });
@@ -63,6 +57,16 @@ pub fn plans(p: &StressParams, seed: u64, info: &EngineInfo, caps: &Caps) -> Vec
         index += 1;
     }
     plans
+}
+
+/// Turn `t` (0-based) of a stress conversation: the first sets the warm state up, every later one is compared.
+fn conversation_step(t: usize, prompt: PromptSpec, max_tokens: usize) -> Step {
+    let label = format!("turn {}", t + 1);
+    if t == 0 {
+        Step::setup(label, prompt, max_tokens)
+    } else {
+        Step::compared(label, prompt, max_tokens)
+    }
 }
 
 /// Stress pairs on chat text: the corpus's conversations as written first, then conversations mixed from its
@@ -96,13 +100,7 @@ pub fn plans_from_chats(p: &StressParams, seed: u64, chats: &[CorpusChat]) -> Ve
             .iter()
             .enumerate()
             .map(|(t, text)| {
-                let prompt = PromptSpec::Say { text: text.to_string(), system: system.clone() };
-                let label = format!("turn {}", t + 1);
-                if t == 0 {
-                    Step::setup(label, prompt, p.max_tokens)
-                } else {
-                    Step::compared(label, prompt, p.max_tokens)
-                }
+                conversation_step(t, PromptSpec::Say { text: text.to_string(), system: system.clone() }, p.max_tokens)
             })
             .collect();
         plans.push(Plan { name, seed, slot: p.slot, steps, stale: None });
