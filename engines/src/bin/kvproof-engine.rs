@@ -168,12 +168,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         _ => bail!("give --model DIR or --arch A --preset tiny|small|bench [--seed N] (or --bench)"),
     };
 
+    // declared over either transport, so the harness's oracle can hold the engine to an exact count
+    let rule = reuse_rule(&engine.info());
     if let Some(port) = cli.http {
-        return serve_over_http(engine.as_mut(), port, kv_share);
+        return serve_over_http(engine.as_mut(), port, kv_share, rule);
     }
 
     let mut options = ServeOptions::from_env();
-    if let Some(rule) = reuse_rule(&engine.info()) {
+    if let Some(rule) = rule {
         options.caps.push(("reuse_rule".into(), rule));
     }
     if kv_share {
@@ -200,11 +202,17 @@ fn bench_gguf(path: &std::path::Path) -> anyhow::Result<()> {
 }
 
 /// Serve `engine` over HTTP on 127.0.0.1:`port` until the process is stopped.
-fn serve_over_http(engine: &mut dyn kvproof_engines::engine::Engine, port: u16, kv_share: bool) -> anyhow::Result<()> {
+fn serve_over_http(
+    engine: &mut dyn kvproof_engines::engine::Engine,
+    port: u16,
+    kv_share: bool,
+    reuse_rule: Option<String>,
+) -> anyhow::Result<()> {
     let listener =
         std::net::TcpListener::bind(("127.0.0.1", port)).with_context(|| format!("binding 127.0.0.1:{port}"))?;
     let addr = listener.local_addr()?;
-    let options = HttpOptions { prefix_log: ServeOptions::from_env().prefix_log, kv_share, ..HttpOptions::default() };
+    let options =
+        HttpOptions { prefix_log: ServeOptions::from_env().prefix_log, kv_share, reuse_rule, ..HttpOptions::default() };
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "listening on http://{addr}/v1")?;
     stdout.flush()?;
