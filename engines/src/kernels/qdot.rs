@@ -127,9 +127,10 @@ fn half(b: &[u8], at: usize) -> f32 {
 /// weight rows.
 pub fn dot_tile<const C: usize, const R: usize>(ty: QType, ws: [&[u8]; C], xs: [QRow; R]) -> [[f32; R]; C] {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("f16c") {
         check_lengths(ty, &ws, &xs);
-        // SAFETY: the CPU has AVX2 (checked just above), and the row lengths `avx2` reads within are checked.
+        // SAFETY: the CPU has AVX2 and F16C (checked just above), and the row lengths `avx2` reads within are
+        // checked.
         #[allow(unsafe_code)]
         return unsafe {
             match ty {
@@ -208,7 +209,14 @@ fn tile_of<const C: usize, const R: usize>(ty: QType, ws: [&[u8]; C], xs: [QRow;
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{half, hsum, QRow, LANES, QK};
+    use super::{hsum, QRow, LANES, QK};
+
+    /// The two halves at the start of `b` (a block's scale and, for Q4_1, minimum), exactly as `f16_to_f32`.
+    #[inline(always)]
+    unsafe fn halves(b: &[u8]) -> (f32, f32) {
+        let v = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+        (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+    }
 
     /// Block `b`'s 32 activations of `x`.
     #[inline(always)]
@@ -232,7 +240,7 @@ mod avx2 {
     }
 
     /// Q4_1 weights (unsigned 0..=15) against signed activations.
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,f16c")]
     pub unsafe fn tile_q4_1<const C: usize, const R: usize>(ws: [&[u8]; C], xs: [QRow; R]) -> [[f32; R]; C] {
         let ones = _mm256_set1_epi16(1);
         let low = _mm256_set1_epi8(0x0f);
@@ -246,7 +254,8 @@ mod avx2 {
             });
             for c in 0..C {
                 let wb = &ws[c][b * 20..(b + 1) * 20];
-                let (dw, mw) = (half(wb, 0), half(wb, 2));
+                // SAFETY: F16C is enabled here
+                let (dw, mw) = unsafe { halves(wb) };
                 // SAFETY: `wb` is 20 bytes; its last 16 are read
                 let qs = unsafe { _mm_loadu_si128(wb.as_ptr().add(4).cast()) };
                 // low nibbles are weights 0..16 (the low 128 bits), high nibbles weights 16..32
@@ -256,18 +265,18 @@ mod avx2 {
                 );
                 for r in 0..R {
                     let sums = _mm256_madd_epi16(_mm256_maddubs_epi16(wq, xq[r]), ones);
-                    // SAFETY: AVX2 is enabled here
+                    // SAFETY: AVX2 and F16C are enabled here
                     acc[c][r] = unsafe { accumulate(acc[c][r], dw * xs[r].d[b], sums) };
                     mins[c][r] += mw * xs[r].s[b];
                 }
             }
         }
-        // SAFETY: AVX2 is enabled here
+        // SAFETY: AVX2 and F16C are enabled here
         std::array::from_fn(|c| std::array::from_fn(|r| hsum(&unsafe { lanes(acc[c][r]) }) + mins[c][r]))
     }
 
     /// Q8_0 weights (signed) against signed activations: `|w| · (x with w's sign)`, as llama.cpp does.
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,f16c")]
     pub unsafe fn tile_q8_0<const C: usize, const R: usize>(ws: [&[u8]; C], xs: [QRow; R]) -> [[f32; R]; C] {
         let ones = _mm256_set1_epi16(1);
         let blocks = xs.first().map_or(0, |x| x.d.len());
@@ -279,19 +288,20 @@ mod avx2 {
             });
             for c in 0..C {
                 let wb = &ws[c][b * 34..(b + 1) * 34];
-                let dw = half(wb, 0);
+                // SAFETY: F16C is enabled here
+                let dw = unsafe { halves(wb) }.0;
                 // SAFETY: `wb` is 34 bytes; its last 32 are read
                 let wq = unsafe { _mm256_loadu_si256(wb.as_ptr().add(2).cast()) };
                 let aw = _mm256_sign_epi8(wq, wq);
                 for r in 0..R {
                     // |w| ≤ 128 and |x| ≤ 127: a pair's sum stays below i16's saturation
                     let sums = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[r], wq)), ones);
-                    // SAFETY: AVX2 is enabled here
+                    // SAFETY: AVX2 and F16C are enabled here
                     acc[c][r] = unsafe { accumulate(acc[c][r], dw * xs[r].d[b], sums) };
                 }
             }
         }
-        // SAFETY: AVX2 is enabled here
+        // SAFETY: AVX2 and F16C are enabled here
         std::array::from_fn(|c| std::array::from_fn(|r| hsum(&unsafe { lanes(acc[c][r]) })))
     }
 }
