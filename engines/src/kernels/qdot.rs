@@ -245,6 +245,9 @@ mod avx2 {
         let ones = _mm256_set1_epi16(1);
         let low = _mm256_set1_epi8(0x0f);
         let blocks = xs.first().map_or(0, |x| x.d.len());
+        // slices of exactly `blocks` (checked by `dot_tile`), so the loop indexes them without bounds checks
+        let (d, s) = (xs.map(|x| &x.d[..blocks]), xs.map(|x| &x.s[..blocks]));
+        let ws = ws.map(|w| &w[..blocks * 20]);
         let mut acc = [[_mm256_setzero_ps(); R]; C];
         let mut mins = [[0.0f32; R]; C];
         for b in 0..blocks {
@@ -266,8 +269,8 @@ mod avx2 {
                 for r in 0..R {
                     let sums = _mm256_madd_epi16(_mm256_maddubs_epi16(wq, xq[r]), ones);
                     // SAFETY: AVX2 and F16C are enabled here
-                    acc[c][r] = unsafe { accumulate(acc[c][r], dw * xs[r].d[b], sums) };
-                    mins[c][r] += mw * xs[r].s[b];
+                    acc[c][r] = unsafe { accumulate(acc[c][r], dw * d[r][b], sums) };
+                    mins[c][r] += mw * s[r][b];
                 }
             }
         }
@@ -280,6 +283,9 @@ mod avx2 {
     pub unsafe fn tile_q8_0<const C: usize, const R: usize>(ws: [&[u8]; C], xs: [QRow; R]) -> [[f32; R]; C] {
         let ones = _mm256_set1_epi16(1);
         let blocks = xs.first().map_or(0, |x| x.d.len());
+        // slices of exactly `blocks` (checked by `dot_tile`), so the loop indexes them without bounds checks
+        let d = xs.map(|x| &x.d[..blocks]);
+        let ws = ws.map(|w| &w[..blocks * 34]);
         let mut acc = [[_mm256_setzero_ps(); R]; C];
         for b in 0..blocks {
             let xq: [__m256i; R] = std::array::from_fn(|r| {
@@ -297,7 +303,7 @@ mod avx2 {
                     // |w| ≤ 128 and |x| ≤ 127: a pair's sum stays below i16's saturation
                     let sums = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[r], wq)), ones);
                     // SAFETY: AVX2 and F16C are enabled here
-                    acc[c][r] = unsafe { accumulate(acc[c][r], dw * xs[r].d[b], sums) };
+                    acc[c][r] = unsafe { accumulate(acc[c][r], dw * d[r][b], sums) };
                 }
             }
         }
