@@ -134,6 +134,10 @@ pub fn dot_tile<const C: usize, const R: usize>(ty: QType, ws: [&[u8]; C], xs: [
         #[allow(unsafe_code)]
         return unsafe {
             match ty {
+                QType::Q4_1 if R == 4 => {
+                    let t = avx2::tile_q4_1_x4(ws, std::array::from_fn(|r| xs[r]));
+                    std::array::from_fn(|c| std::array::from_fn(|r| t[c][r]))
+                }
                 QType::Q4_1 => avx2::tile_q4_1(ws, xs),
                 _ => avx2::tile_q8_0(ws, xs),
             }
@@ -276,6 +280,59 @@ mod avx2 {
         }
         // SAFETY: AVX2 and F16C are enabled here
         std::array::from_fn(|c| std::array::from_fn(|r| hsum(&unsafe { lanes(acc[c][r]) }) + mins[c][r]))
+    }
+
+    /// `tile_q4_1` for four activation rows: their block scales and sums side by side in one register, so each
+    /// weight block's `dw · dx` and `mins += mw · sx` are one multiply (and add) for the four rows — the same
+    /// operations on each row's values as `tile_q4_1`, lane by lane.
+    #[target_feature(enable = "avx2,f16c")]
+    pub unsafe fn tile_q4_1_x4<const C: usize>(ws: [&[u8]; C], xs: [QRow; 4]) -> [[f32; 4]; C] {
+        let ones = _mm256_set1_epi16(1);
+        let low = _mm256_set1_epi8(0x0f);
+        let blocks = xs[0].d.len();
+        // slices of exactly `blocks` (checked by `dot_tile`), so the loop indexes them without bounds checks
+        let (d, s) = (xs.map(|x| &x.d[..blocks]), xs.map(|x| &x.s[..blocks]));
+        let ws = ws.map(|w| &w[..blocks * 20]);
+        let mut acc = [[_mm256_setzero_ps(); 4]; C];
+        let mut mins = [_mm_setzero_ps(); C];
+        for b in 0..blocks {
+            let xq: [__m256i; 4] = std::array::from_fn(|r| {
+                // SAFETY: in bounds (see `load_x`)
+                unsafe { load_x(&xs[r], b) }
+            });
+            let dx = _mm_setr_ps(d[0][b], d[1][b], d[2][b], d[3][b]);
+            let sx = _mm_setr_ps(s[0][b], s[1][b], s[2][b], s[3][b]);
+            for c in 0..C {
+                let wb = &ws[c][b * 20..(b + 1) * 20];
+                // SAFETY: F16C is enabled here
+                let (dw, mw) = unsafe { halves(wb) };
+                // SAFETY: `wb` is 20 bytes; its last 16 are read
+                let qs = unsafe { _mm_loadu_si128(wb.as_ptr().add(4).cast()) };
+                let wq = _mm256_and_si256(
+                    _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(qs), _mm_srli_epi16::<4>(qs)),
+                    low,
+                );
+                let dd = _mm_mul_ps(_mm_set1_ps(dw), dx);
+                mins[c] = _mm_add_ps(mins[c], _mm_mul_ps(_mm_set1_ps(mw), sx));
+                let dds = [
+                    _mm256_broadcastss_ps(dd),
+                    _mm256_broadcastss_ps(_mm_permute_ps::<0b01>(dd)),
+                    _mm256_broadcastss_ps(_mm_permute_ps::<0b10>(dd)),
+                    _mm256_broadcastss_ps(_mm_permute_ps::<0b11>(dd)),
+                ];
+                for r in 0..4 {
+                    let sums = _mm256_madd_epi16(_mm256_maddubs_epi16(wq, xq[r]), ones);
+                    acc[c][r] = _mm256_add_ps(acc[c][r], _mm256_mul_ps(dds[r], _mm256_cvtepi32_ps(sums)));
+                }
+            }
+        }
+        std::array::from_fn(|c| {
+            let mut m = [0.0f32; 4];
+            // SAFETY: `m` is 4 f32s; unaligned store
+            unsafe { _mm_storeu_ps(m.as_mut_ptr(), mins[c]) };
+            // SAFETY: AVX2 and F16C are enabled here
+            std::array::from_fn(|r| hsum(&unsafe { lanes(acc[c][r]) }) + m[r])
+        })
     }
 
     /// Q8_0 weights (signed) against signed activations: `|w| · (x with w's sign)`, as llama.cpp does.
