@@ -131,7 +131,8 @@ fn http_chat_uses_the_models_template_and_tokenizer() {
     let text = engine.text();
     let port = http_server(engine);
     let chat = |messages: &[TextMessage]| {
-        let body = json!({"messages": messages, "max_tokens": MAX_TOKENS, "temperature": 0, "return_token_ids": true});
+        let body = json!({"messages": messages, "max_tokens": MAX_TOKENS, "temperature": 0, "return_token_ids": true,
+                          "logprobs": true, "top_logprobs": 2});
         post(port, "/v1/chat/completions", &body)
     };
     let mut messages = vec![msg("user", "What is the capital of France?")];
@@ -146,6 +147,15 @@ fn http_chat_uses_the_models_template_and_tokenizer() {
         r1.iter().filter(|&&id| Some(id) != text.eos()).flat_map(|&id| text.token_bytes(id)).collect();
     let content = a1["choices"][0]["message"]["content"].as_str().expect("content").to_string();
     assert_eq!(content, String::from_utf8_lossy(&decoded));
+    // log probabilities spell each token by the model's text of it
+    let entries = a1["choices"][0]["logprobs"]["content"].as_array().expect("logprobs").clone();
+    assert_eq!(entries.len(), r1.len());
+    for (entry, &id) in entries.iter().zip(&r1) {
+        let bytes = text.token_bytes(id);
+        assert_eq!(entry["id"], json!(id));
+        assert_eq!(entry["bytes"], json!(bytes));
+        assert_eq!(entry["token"], json!(String::from_utf8_lossy(&bytes)), "{entry}");
+    }
 
     messages.push(msg("assistant", &content));
     messages.push(msg("user", "And of Italy?"));
