@@ -7,14 +7,14 @@ use std::sync::Arc;
 use crate::chat::TextMessage;
 use crate::engine::Engine;
 use crate::text_tokenizer::TextTokenizer;
-use crate::tokenizer::{Tokenizer, EOS, VOCAB};
+use crate::tokenizer::Tokenizer;
 
 /// One engine's tokenizer, with what the serve layer needs to know about it.
 #[derive(Clone)]
 pub struct ServeText {
     tokenizer: Arc<dyn TextTokenizer>,
-    /// The tokenizer is the bundled byte tokenizer (the same vocabulary, the same bytes for every id, the same
-    /// eos): text that is not UTF-8 is taken byte by byte and ids 0..=0xff are spelled as bytes.
+    /// The tokenizer is the bundled byte tokenizer (it says so): text that is not UTF-8 is taken byte by byte and
+    /// ids 0..=0xff are spelled as bytes.
     byte_level: bool,
 }
 
@@ -31,9 +31,7 @@ impl std::fmt::Debug for ServeText {
 
 impl ServeText {
     pub fn new(tokenizer: Arc<dyn TextTokenizer>) -> Self {
-        let byte_level = tokenizer.vocab() == VOCAB
-            && tokenizer.eos() == Some(EOS)
-            && (0..VOCAB as u32).all(|id| tokenizer.token_bytes(id) == Tokenizer.token_bytes(id));
+        let byte_level = tokenizer.byte_level();
         ServeText { tokenizer, byte_level }
     }
 
@@ -100,7 +98,7 @@ impl ServeText {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tokenizer::{BOS, ROLE_USER};
+    use crate::tokenizer::{BOS, EOS, ROLE_USER};
 
     /// A vocabulary that is not the byte tokenizer's: "a", "b", "<0x80>" byte, "</s>".
     #[derive(Debug)]
