@@ -6,6 +6,7 @@ mod activation;
 mod attention;
 mod matmul;
 mod norm;
+mod qdot;
 mod quant;
 mod rope;
 

@@ -29,14 +29,22 @@ impl PairRope {
 
     /// Rotate every head (`head_dim` wide) of `row` for position `pos`.
     pub fn apply(&self, row: &mut [f32], head_dim: usize, pos: usize) {
-        let angles: Vec<(f32, f32)> = self
-            .inv_freq
+        Self::rotate(row, head_dim, &self.angles(pos));
+    }
+
+    /// The (sin, cos) of each pair's angle at position `pos` (the same for every layer and head).
+    pub fn angles(&self, pos: usize) -> Vec<(f32, f32)> {
+        self.inv_freq
             .iter()
             .map(|f| {
                 let (s, c) = (pos as f64 * f).sin_cos();
                 (s as f32, c as f32)
             })
-            .collect();
+            .collect()
+    }
+
+    /// Rotate every head of `row` by `angles` (from `angles`).
+    pub fn rotate(row: &mut [f32], head_dim: usize, angles: &[(f32, f32)]) {
         for head in row.chunks_exact_mut(head_dim) {
             for (i, &(s, c)) in angles.iter().enumerate() {
                 let (a, b) = (head[2 * i], head[2 * i + 1]);
@@ -71,6 +79,9 @@ impl Model {
         let scale = 1.0 / (hd as f32).sqrt();
         let rope = PairRope::new(c.rope_dim, c.rope_theta);
 
+        // each position's rotation, once for every layer
+        let angles: Vec<Vec<(f32, f32)>> = (0..s).map(|i| rope.angles(b.pos0 + i)).collect();
+
         let mut x = vec![0.0f32; s * h];
         for (row, &id) in x.chunks_exact_mut(h).zip(b.ids) {
             self.embed.row(id as usize, row);
@@ -88,23 +99,22 @@ impl Model {
             qmatmul(&xn, s, &layer.wk, &mut k);
             qmatmul(&xn, s, &layer.wv, &mut v);
             for i in 0..s {
-                rope.apply(&mut q[i * qd..(i + 1) * qd], hd, b.pos0 + i);
-                rope.apply(&mut k[i * kvd..(i + 1) * kvd], hd, b.pos0 + i);
+                PairRope::rotate(&mut q[i * qd..(i + 1) * qd], hd, &angles[i]);
+                PairRope::rotate(&mut k[i * kvd..(i + 1) * kvd], hd, &angles[i]);
                 let meta = RowMeta { pos: (b.pos0 + i) as i64, writer: Some(b.writer) };
                 kv.k.put(b.pos0 + i, &k[i * kvd..(i + 1) * kvd], meta);
                 kv.v.put(b.pos0 + i, &v[i * kvd..(i + 1) * kvd], meta);
             }
             let cache = &*kv;
-            att.par_chunks_mut(qd).enumerate().for_each(|(i, out)| {
+            // one task per (position, query head): decode attends with every thread too
+            att.par_chunks_mut(hd).enumerate().for_each_init(Vec::new, |scores, (j, out)| {
+                let (i, head) = (j / c.heads, j % c.heads);
                 let t = b.pos0 + i;
-                let mut scores = Vec::with_capacity(t + 1);
-                for head in 0..c.heads {
-                    let g = group_of(head, group);
-                    let rows =
-                        (0..=t).map(|p| (&cache.k.get(p)[g * hd..(g + 1) * hd], &cache.v.get(p)[g * hd..(g + 1) * hd]));
-                    let qh = &q[i * qd + head * hd..i * qd + (head + 1) * hd];
-                    attend(qh, rows, scale, &mut scores, &mut out[head * hd..(head + 1) * hd]);
-                }
+                let g = group_of(head, group);
+                let rows =
+                    (0..=t).map(|p| (&cache.k.get(p)[g * hd..(g + 1) * hd], &cache.v.get(p)[g * hd..(g + 1) * hd]));
+                let qh = &q[i * qd + head * hd..i * qd + (head + 1) * hd];
+                attend(qh, rows, scale, scores, out);
             });
             qmatmul(&att, s, &layer.wo, &mut o);
             x.iter_mut().zip(&o).for_each(|(a, d)| *a += d);

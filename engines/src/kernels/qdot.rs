@@ -1,0 +1,406 @@
+//! Integer block dot products against Q4_1 and Q8_0 weights, as llama.cpp computes them on the CPU: each
+//! activation row is quantized once per matmul to 8-bit blocks of 32 (scale `d = max|x| / 127`, `q = round(x / d)`,
+//! and for Q4_1 the block sum `s = d · Σq`, llama.cpp's Q8_1), then every weight block meets it in integers.
+//!
+//! The order of every operation is fixed by the two rows alone:
+//! - per block, 8 integer lane sums, lane `l` over weights `4l..4l + 4` (exact: at most 4 · 127 · 127);
+//! - per lane, `acc[l] += (dw · dx) · lane_sum` (a separate multiply and add, never fused);
+//! - for Q4_1, the minimum's share `mins += mw · sx` per block, in block order;
+//! - at the end `dot`'s fixed horizontal sum of the 8 lanes, then `+ mins`.
+//!
+//! So `y[r, o]` is the same bits alone, in any batch, in decode and on any path that computes it (the kernels
+//! below only share a weight block's decoding between several activation rows).
+
+use super::quant::{f16_to_f32, QType, QK};
+
+/// Integer lanes per block (each sums 4 products).
+const LANES: usize = 8;
+
+/// Activation rows quantized to 8-bit blocks: `q` (`rows x in_dim`), and per block its scale `d` and `s = d · Σq`.
+#[derive(Debug, Clone, Default)]
+pub struct QActs {
+    in_dim: usize,
+    q: Vec<i8>,
+    d: Vec<f32>,
+    s: Vec<f32>,
+}
+
+/// One quantized activation row.
+#[derive(Debug, Clone, Copy)]
+pub struct QRow<'a> {
+    q: &'a [i8],
+    d: &'a [f32],
+    s: &'a [f32],
+}
+
+impl QActs {
+    /// `x` (`rows x in_dim`, `in_dim` a multiple of 32) quantized row by row, block by block.
+    pub fn quantize(x: &[f32], rows: usize, in_dim: usize) -> Self {
+        assert_eq!(x.len(), rows * in_dim, "QActs: x is not rows x in");
+        assert!(in_dim.is_multiple_of(QK), "QActs: rows of {in_dim} are not whole blocks");
+        let blocks = x.len() / QK;
+        let mut a = QActs { in_dim, q: vec![0; x.len()], d: vec![0.0; blocks], s: vec![0.0; blocks] };
+        let (xc, _) = x.as_chunks::<QK>();
+        let (qc, _) = a.q.as_chunks_mut::<QK>();
+        for (((xb, qb), d), s) in xc.iter().zip(qc).zip(&mut a.d).zip(&mut a.s) {
+            (*d, *s) = quantize_block(xb, qb);
+        }
+        a
+    }
+
+    /// Row `r`.
+    pub fn row(&self, r: usize) -> QRow<'_> {
+        let nb = self.in_dim / QK;
+        QRow {
+            q: &self.q[r * self.in_dim..(r + 1) * self.in_dim],
+            d: &self.d[r * nb..(r + 1) * nb],
+            s: &self.s[r * nb..(r + 1) * nb],
+        }
+    }
+}
+
+/// One block of 32 activations to 8 bits: `(d, d · Σq)`. Rounds to nearest, ties to even.
+#[inline]
+fn quantize_block(x: &[f32; QK], q: &mut [i8; QK]) -> (f32, f32) {
+    let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let mut sum = 0i32;
+    for (o, v) in q.iter_mut().zip(x) {
+        // |v · id| is at most 127 up to rounding; `as` saturates
+        *o = (v * id).round_ties_even() as i8;
+        sum += i32::from(*o);
+    }
+    (d, d * sum as f32)
+}
+
+/// The 8 lane sums of one block: lane `l` is `Σ_{k<4} w[4l + k] · x[4l + k]`, exactly.
+#[inline(always)]
+fn lane_sums(w: &[i8; QK], x: &[i8]) -> [i32; LANES] {
+    let x: &[i8; QK] = x.try_into().expect("a block");
+    let mut s = [0i32; LANES];
+    for l in 0..LANES {
+        for k in 0..4 {
+            s[l] += i32::from(i16::from(w[4 * l + k]) * i16::from(x[4 * l + k]));
+        }
+    }
+    s
+}
+
+/// `dot`'s fixed horizontal sum of the lanes.
+#[inline(always)]
+fn hsum(acc: &[f32; LANES]) -> f32 {
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
+}
+
+/// One weight block decoded: its 32 quantized values as `i8` (Q4_1's 0..=15, Q8_0's as stored), the scale and
+/// (Q4_1) the minimum.
+#[inline(always)]
+fn decode_block(ty: QType, b: &[u8], w: &mut [i8; QK]) -> (f32, f32) {
+    match ty {
+        QType::Q4_1 => {
+            let qs = &b[4..20];
+            for j in 0..16 {
+                w[j] = (qs[j] & 0x0f) as i8;
+                w[j + 16] = (qs[j] >> 4) as i8;
+            }
+            (half(b, 0), half(b, 2))
+        }
+        QType::Q8_0 => {
+            for (o, &q) in w.iter_mut().zip(&b[2..34]) {
+                *o = q as i8;
+            }
+            (half(b, 0), 0.0)
+        }
+        QType::F32 => unreachable!("F32 weights take the f32 kernel"),
+    }
+}
+
+#[inline(always)]
+fn half(b: &[u8], at: usize) -> f32 {
+    f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
+}
+
+/// The dots of `C` weight rows (`ty`'s bytes, Q4_1 or Q8_0) with each of `R` activation rows, `out[c][r]`, every
+/// one in the fixed order above: the AVX2 kernel where the CPU has it, else the portable one (the same bits).
+/// The tile only shares loads: a weight block's decoding between activation rows, an activation block between
+/// weight rows.
+pub fn dot_tile<const C: usize, const R: usize>(ty: QType, ws: [&[u8]; C], xs: [QRow; R]) -> [[f32; R]; C] {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("f16c") {
+        check_lengths(ty, &ws, &xs);
+        // SAFETY: the CPU has AVX2 and F16C (checked just above), and the row lengths `avx2` reads within are
+        // checked.
+        #[allow(unsafe_code)]
+        return unsafe {
+            match ty {
+                QType::Q4_1 => avx2::tile_q4_1(ws, xs),
+                _ => avx2::tile_q8_0(ws, xs),
+            }
+        };
+    }
+    dot_tile_portable(ty, ws, xs)
+}
+
+/// The lengths the AVX2 kernels rely on: Q4_1 or Q8_0, rows of whole blocks, all of one length.
+#[inline(always)]
+fn check_lengths<const C: usize, const R: usize>(ty: QType, ws: &[&[u8]; C], xs: &[QRow; R]) {
+    assert!(ty == QType::Q4_1 || ty == QType::Q8_0, "{ty:?} weights take the f32 kernel");
+    let Some(blocks) = xs.first().map(|x| x.d.len()) else { return };
+    for w in ws {
+        assert_eq!(w.len(), blocks * ty.row_bytes(QK), "weight and activation rows of equal length");
+    }
+    for x in xs {
+        assert!(x.q.len() == blocks * QK && x.d.len() == blocks && x.s.len() == blocks, "rows of equal length");
+    }
+}
+
+/// The portable kernel (any CPU; the AVX2 one is tested against it bitwise).
+pub fn dot_tile_portable<const C: usize, const R: usize>(ty: QType, ws: [&[u8]; C], xs: [QRow; R]) -> [[f32; R]; C] {
+    match ty {
+        QType::Q4_1 => tile_q4_1(ws, xs),
+        QType::Q8_0 => tile_q8_0(ws, xs),
+        QType::F32 => unreachable!("F32 weights take the f32 kernel"),
+    }
+}
+
+// One copy per weight type, so the type's branches fold away inside the block loop.
+#[inline(never)]
+fn tile_q4_1<const C: usize, const R: usize>(ws: [&[u8]; C], xs: [QRow; R]) -> [[f32; R]; C] {
+    tile_of(QType::Q4_1, ws, xs)
+}
+
+#[inline(never)]
+fn tile_q8_0<const C: usize, const R: usize>(ws: [&[u8]; C], xs: [QRow; R]) -> [[f32; R]; C] {
+    tile_of(QType::Q8_0, ws, xs)
+}
+
+#[inline(always)]
+fn tile_of<const C: usize, const R: usize>(ty: QType, ws: [&[u8]; C], xs: [QRow; R]) -> [[f32; R]; C] {
+    let bytes = ty.row_bytes(QK);
+    let blocks = xs.first().map_or(0, |x| x.d.len());
+    let mut acc = [[[0.0f32; LANES]; R]; C];
+    let mut mins = [[0.0f32; R]; C];
+    let mut wq = [0i8; QK];
+    for b in 0..blocks {
+        for c in 0..C {
+            let (dw, mw) = decode_block(ty, &ws[c][b * bytes..(b + 1) * bytes], &mut wq);
+            for r in 0..R {
+                let x = &xs[r];
+                let s = lane_sums(&wq, &x.q[b * QK..(b + 1) * QK]);
+                let dd = dw * x.d[b];
+                for l in 0..LANES {
+                    acc[c][r][l] += dd * s[l] as f32;
+                }
+                if ty == QType::Q4_1 {
+                    mins[c][r] += mw * x.s[b];
+                }
+            }
+        }
+    }
+    std::array::from_fn(|c| std::array::from_fn(|r| hsum(&acc[c][r]) + mins[c][r]))
+}
+
+/// The same kernels in AVX2, as llama.cpp's `ggml_vec_dot_q4_1_q8_1` / `_q8_0_q8_0`: a block's 32 byte products
+/// summed in adjacent pairs (`maddubs`) and pairs of pairs (`madd`) give exactly the 8 integer lane sums, lane
+/// `l` over bytes `4l..4l + 4`; the float steps are the portable kernel's, lane for lane, in the same order.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{hsum, QRow, LANES, QK};
+
+    /// The two halves at the start of `b` (a block's scale and, for Q4_1, minimum), exactly as `f16_to_f32`.
+    #[inline(always)]
+    unsafe fn halves(b: &[u8]) -> (f32, f32) {
+        let v = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+        (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+    }
+
+    /// Block `b`'s 32 activations of `x`.
+    #[inline(always)]
+    unsafe fn load_x(x: &QRow, b: usize) -> __m256i {
+        // SAFETY: `x.q` holds `blocks * 32` values and `b < blocks` (checked by `dot_tile`); unaligned load
+        unsafe { _mm256_loadu_si256(x.q.as_ptr().add(b * QK).cast()) }
+    }
+
+    /// `acc + (dw · dx) · lane_sums` for 8 lanes, multiply then add.
+    #[inline(always)]
+    unsafe fn accumulate(acc: __m256, dd: f32, sums: __m256i) -> __m256 {
+        _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(sums)))
+    }
+
+    #[inline(always)]
+    unsafe fn lanes(acc: __m256) -> [f32; LANES] {
+        let mut out = [0.0f32; LANES];
+        // SAFETY: `out` is 8 f32s; unaligned store
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+        out
+    }
+
+    /// Q4_1 weights (unsigned 0..=15) against signed activations.
+    #[target_feature(enable = "avx2,f16c")]
+    pub unsafe fn tile_q4_1<const C: usize, const R: usize>(ws: [&[u8]; C], xs: [QRow; R]) -> [[f32; R]; C] {
+        let ones = _mm256_set1_epi16(1);
+        let low = _mm256_set1_epi8(0x0f);
+        let blocks = xs.first().map_or(0, |x| x.d.len());
+        // slices of exactly `blocks` (checked by `dot_tile`), so the loop indexes them without bounds checks
+        let (d, s) = (xs.map(|x| &x.d[..blocks]), xs.map(|x| &x.s[..blocks]));
+        let ws = ws.map(|w| &w[..blocks * 20]);
+        let mut acc = [[_mm256_setzero_ps(); R]; C];
+        let mut mins = [[0.0f32; R]; C];
+        for b in 0..blocks {
+            let xq: [__m256i; R] = std::array::from_fn(|r| {
+                // SAFETY: in bounds (see `load_x`)
+                unsafe { load_x(&xs[r], b) }
+            });
+            for c in 0..C {
+                let wb = &ws[c][b * 20..(b + 1) * 20];
+                // SAFETY: F16C is enabled here
+                let (dw, mw) = unsafe { halves(wb) };
+                // SAFETY: `wb` is 20 bytes; its last 16 are read
+                let qs = unsafe { _mm_loadu_si128(wb.as_ptr().add(4).cast()) };
+                // low nibbles are weights 0..16 (the low 128 bits), high nibbles weights 16..32
+                let wq = _mm256_and_si256(
+                    _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(qs), _mm_srli_epi16::<4>(qs)),
+                    low,
+                );
+                for r in 0..R {
+                    let sums = _mm256_madd_epi16(_mm256_maddubs_epi16(wq, xq[r]), ones);
+                    // SAFETY: AVX2 and F16C are enabled here
+                    acc[c][r] = unsafe { accumulate(acc[c][r], dw * d[r][b], sums) };
+                    mins[c][r] += mw * s[r][b];
+                }
+            }
+        }
+        // SAFETY: AVX2 and F16C are enabled here
+        std::array::from_fn(|c| std::array::from_fn(|r| hsum(&unsafe { lanes(acc[c][r]) }) + mins[c][r]))
+    }
+
+    /// Q8_0 weights (signed) against signed activations: `|w| · (x with w's sign)`, as llama.cpp does.
+    #[target_feature(enable = "avx2,f16c")]
+    pub unsafe fn tile_q8_0<const C: usize, const R: usize>(ws: [&[u8]; C], xs: [QRow; R]) -> [[f32; R]; C] {
+        let ones = _mm256_set1_epi16(1);
+        let blocks = xs.first().map_or(0, |x| x.d.len());
+        // slices of exactly `blocks` (checked by `dot_tile`), so the loop indexes them without bounds checks
+        let d = xs.map(|x| &x.d[..blocks]);
+        let ws = ws.map(|w| &w[..blocks * 34]);
+        let mut acc = [[_mm256_setzero_ps(); R]; C];
+        for b in 0..blocks {
+            let xq: [__m256i; R] = std::array::from_fn(|r| {
+                // SAFETY: in bounds (see `load_x`)
+                unsafe { load_x(&xs[r], b) }
+            });
+            for c in 0..C {
+                let wb = &ws[c][b * 34..(b + 1) * 34];
+                // SAFETY: F16C is enabled here
+                let dw = unsafe { halves(wb) }.0;
+                // SAFETY: `wb` is 34 bytes; its last 32 are read
+                let wq = unsafe { _mm256_loadu_si256(wb.as_ptr().add(2).cast()) };
+                let aw = _mm256_sign_epi8(wq, wq);
+                for r in 0..R {
+                    // |w| ≤ 128 and |x| ≤ 127: a pair's sum stays below i16's saturation
+                    let sums = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[r], wq)), ones);
+                    // SAFETY: AVX2 and F16C are enabled here
+                    acc[c][r] = unsafe { accumulate(acc[c][r], dw * d[r][b], sums) };
+                }
+            }
+        }
+        // SAFETY: AVX2 and F16C are enabled here
+        std::array::from_fn(|c| std::array::from_fn(|r| hsum(&unsafe { lanes(acc[c][r]) })))
+    }
+}
+
+/// One element of `dot_tile` spelled out one scalar at a time (the reference the tests hold the kernels to).
+#[cfg(test)]
+pub fn dot_reference(ty: QType, w: &[u8], x: QRow) -> f32 {
+    let bytes = ty.row_bytes(QK);
+    let mut acc = [0.0f32; LANES];
+    let mut mins = 0.0f32;
+    for (b, wb) in w.chunks_exact(bytes).enumerate() {
+        let (dw, mw) = match ty {
+            QType::Q4_1 => (half(wb, 0), half(wb, 2)),
+            _ => (half(wb, 0), 0.0),
+        };
+        let weight = |j: usize| -> i32 {
+            match ty {
+                QType::Q4_1 if j < 16 => i32::from(wb[4 + j] & 0x0f),
+                QType::Q4_1 => i32::from(wb[4 + j - 16] >> 4),
+                _ => i32::from(wb[2 + j] as i8),
+            }
+        };
+        for (l, a) in acc.iter_mut().enumerate() {
+            let s: i32 = (4 * l..4 * l + 4).map(|j| weight(j) * i32::from(x.q[b * QK + j])).sum();
+            *a += (dw * x.d[b]) * s as f32;
+        }
+        if ty == QType::Q4_1 {
+            mins += mw * x.s[b];
+        }
+    }
+    hsum(&acc) + mins
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::QMatrix;
+    use crate::rng::SplitMix64;
+    use proptest::prelude::*;
+
+    fn random(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+        let mut r = SplitMix64::new(seed);
+        (0..n).map(|_| r.uniform(scale)).collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Every kernel — AVX2 where the CPU has it, portable, one activation row or four — gives each element
+        /// bitwise the scalar reference's value, for both weight types and any scale of weights and activations
+        /// (zero blocks included).
+        #[test]
+        fn kernels_match_the_reference(
+            q4 in any::<bool>(), blocks in 1usize..40, seed in any::<u64>(), wscale in 0u32..4, xscale in 0u32..4
+        ) {
+            let ty = if q4 { QType::Q4_1 } else { QType::Q8_0 };
+            let in_dim = blocks * QK;
+            let scale = |s: u32| [0.0, 1e-3, 1.0, 300.0][s as usize];
+            let w = QMatrix::quantize(ty, &random(4 * in_dim, seed, scale(wscale)), 4, in_dim);
+            let mut bytes = w.raw_bytes().to_vec();
+            if ty == QType::Q8_0 {
+                // -128, which llama.cpp never writes but a file may hold: |w| = 128 still fits the kernel
+                bytes[2 + (seed % 32) as usize] = 0x80;
+            }
+            let ws: [&[u8]; 4] = std::array::from_fn(|c| &bytes[c * w.row_bytes()..(c + 1) * w.row_bytes()]);
+            let x = random(4 * in_dim, seed ^ 5, scale(xscale));
+            let xq = QActs::quantize(&x, 4, in_dim);
+            let xs: [QRow; 4] = std::array::from_fn(|i| xq.row(i));
+            let want: [[u32; 4]; 4] =
+                std::array::from_fn(|c| std::array::from_fn(|r| dot_reference(ty, ws[c], xs[r]).to_bits()));
+            let bits = |t: &[[f32; 4]]| t.iter().map(|c| c.map(f32::to_bits)).collect::<Vec<_>>();
+            // 2 weight rows x 4 activation rows, 4 x 1 and 1 x 1: every kernel shape the matmul uses
+            prop_assert_eq!(bits(&dot_tile(ty, [ws[0], ws[1]], xs)), want[..2].to_vec());
+            prop_assert_eq!(bits(&dot_tile_portable(ty, [ws[2], ws[3]], xs)), want[2..].to_vec());
+            for (r, &x) in xs.iter().enumerate() {
+                let column: [u32; 4] = std::array::from_fn(|c| want[c][r]);
+                prop_assert_eq!(dot_tile(ty, ws, [x]).map(|c| c[0].to_bits()), column);
+                prop_assert_eq!(dot_tile_portable(ty, ws, [x]).map(|c| c[0].to_bits()), column);
+                prop_assert_eq!(dot_tile(ty, [ws[r]], [x])[0][0].to_bits(), want[r][r]);
+            }
+        }
+    }
+
+    #[test]
+    fn activations_quantize_as_llama_cpp_does() {
+        // d = max|x| / 127, q = round(x / d) with ties to even, s = d · Σq
+        let mut x = [0.0f32; QK];
+        x[..5].copy_from_slice(&[-127.0, 63.5, 62.5, 1.25, -0.5]);
+        let a = QActs::quantize(&x, 1, QK);
+        let r = a.row(0);
+        assert_eq!(r.d[0], 1.0);
+        assert_eq!(&r.q[..6], &[-127, 64, 62, 1, 0, 0]);
+        assert_eq!(r.s[0], (-127 + 64 + 62 + 1) as f32);
+        let zero = QActs::quantize(&[0.0; QK], 1, QK);
+        assert!(zero.row(0).q.iter().all(|&q| q == 0) && zero.row(0).d[0] == 0.0);
+    }
+}
