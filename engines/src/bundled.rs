@@ -5,7 +5,7 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::arch::{deepseek, glm, glm53, inkling, kimi};
+use crate::arch::{deepseek, glm, glm53, inkling, kimi, llama};
 use crate::config::{ArchConfig, BaseConfig, Preset};
 use crate::engine::Engine;
 use crate::engine_loop::Arch;
@@ -14,7 +14,7 @@ use crate::fault::Fault;
 use crate::fixture::TensorSpec;
 use crate::weights::Weights;
 
-pub use crate::engine_loop::ArchInfo;
+pub use crate::engine_loop::{ArchInfo, DeclaredReuse};
 
 /// The config of a bundled engine: one arch's own config type.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -25,6 +25,7 @@ pub enum ModelConfig {
     Kimi(kimi::Config),
     Glm53(glm53::Config),
     Glm(glm::Config),
+    Llama(llama::Config),
 }
 
 /// `$body` with `$c` bound to the arch's config and `$a` to its model type, for whichever arch `$config` is.
@@ -51,6 +52,10 @@ macro_rules! with_arch {
                 type $a = glm::Model;
                 $body
             }
+            ModelConfig::Llama($c) => {
+                type $a = llama::Model;
+                $body
+            }
         }
     };
 }
@@ -73,7 +78,7 @@ macro_rules! bundled {
     )*};
 }
 
-bundled!(Inkling => inkling, DeepSeek => deepseek, Kimi => kimi, Glm53 => glm53, Glm => glm);
+bundled!(Inkling => inkling, DeepSeek => deepseek, Kimi => kimi, Glm53 => glm53, Glm => glm, Llama => llama);
 
 impl ModelConfig {
     /// The built-in shape of `arch` at `preset`.
@@ -166,6 +171,7 @@ pub const ENTRIES: &[Entry] = &[
     entry_of::<kimi::Config>(),
     entry_of::<glm53::Config>(),
     entry_of::<glm::Config>(),
+    entry_of::<llama::Config>(),
 ];
 
 /// The descriptions of every bundled engine.
@@ -183,6 +189,11 @@ pub fn entry(name: &str) -> Result<&'static Entry> {
 
 pub fn arch(name: &str) -> Result<&'static ArchInfo> {
     entry(name).map(|e| &e.info)
+}
+
+/// The reuse rule an engine described by `info` declares (CAPS `reuse_rule=`), when it is a bundled arch's.
+pub fn declared_rule(info: &crate::engine::EngineInfo) -> Option<String> {
+    arch(&info.arch).ok()?.declared_rule(info)
 }
 
 /// Check that `fault` applies to `arch`.

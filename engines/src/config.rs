@@ -320,7 +320,16 @@ pub fn with_overrides<C: ArchConfig>(
     preset: Preset,
     overrides: &serde_json::Map<String, serde_json::Value>,
 ) -> std::result::Result<C, String> {
-    let base = C::preset(preset);
+    apply_overrides(C::preset(preset), overrides, None)
+}
+
+/// `base` with `overrides` applied and validated; with `only`, just those options may be set (a model file fixes
+/// the rest, e.g. a GGUF's shapes), and any other is an error naming it.
+pub fn apply_overrides<C: ArchConfig>(
+    base: C,
+    overrides: &serde_json::Map<String, serde_json::Value>,
+    only: Option<(&[&str], &str)>,
+) -> std::result::Result<C, String> {
     if overrides.is_empty() {
         return Ok(base);
     }
@@ -335,6 +344,9 @@ pub fn with_overrides<C: ArchConfig>(
         }
         if !known.contains(key) {
             return Err(format!("engine.config.{key}: {arch} has no option {key} (options: {})", known.join(", ")));
+        }
+        if let Some((allowed, fixed_by)) = only.filter(|(allowed, _)| !allowed.contains(&key.as_str())) {
+            return Err(format!("engine.config.{key}: fixed by {fixed_by} (options here: {})", allowed.join(", ")));
         }
         fields.insert(key.clone(), value.clone());
     }

@@ -167,4 +167,10 @@ pub trait Engine: Send {
     fn state_bytes(&self) -> usize;
 
     fn fault(&self) -> Option<Fault>;
+
+    /// The engine's text side: how text and chat messages become ids and ids become text (the bundled byte
+    /// tokenizer and its template unless the model brings its own).
+    fn text(&self) -> std::sync::Arc<dyn crate::text_tokenizer::TextTokenizer> {
+        std::sync::Arc::new(crate::tokenizer::Tokenizer)
+    }
 }

@@ -37,7 +37,32 @@ pub struct ArchInfo {
     pub modelled_on: &'static str,
     pub state: &'static str,
     pub reuse_rule: &'static str,
+    /// The rule as the protocol declares it (CAPS `reuse_rule=`): the one statement of it both transports and the
+    /// harness's oracle read.
+    pub declares: DeclaredReuse,
     pub faults: &'static [Fault],
+}
+
+/// How a bundled arch declares its reuse rule (docs/protocol.md, `reuse_rule=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeclaredReuse {
+    /// `strict`: the longest prefix of the prompt that the state was built from.
+    Strict,
+    /// `lcp`: the longest common prefix with what the state was built from.
+    Lcp,
+    /// `grid:R`: a common prefix rounded down to the engine's `prompt_rows` grid (none when it has no grid).
+    Grid,
+}
+
+impl ArchInfo {
+    /// The CAPS `reuse_rule=` value of an engine of this arch described by `info`.
+    pub fn declared_rule(&self, info: &EngineInfo) -> Option<String> {
+        match self.declares {
+            DeclaredReuse::Strict => Some("strict".into()),
+            DeclaredReuse::Lcp => Some("lcp".into()),
+            DeclaredReuse::Grid => info.prompt_rows.filter(|&r| r > 0).map(|r| format!("grid:{r}")),
+        }
+    }
 }
 
 /// The cached state of one slot, as an arch lays it out (its layers' caches, recurrences, drafter, ...).
@@ -309,6 +334,11 @@ pub trait Arch: Send + Sync + Sized + 'static {
         crate::decode::Generable::BYTES
     }
 
+    /// The model's text side (the bundled byte tokenizer unless the model brings its own vocabulary).
+    fn text(&self) -> Arc<dyn crate::text_tokenizer::TextTokenizer> {
+        Arc::new(crate::tokenizer::Tokenizer)
+    }
+
     /// After decode, failed or not (glm53 forgets the rows of proposals that were never fed).
     fn after_decode(&self, _slot: &mut Slot<Self::Layers>) {}
 }
@@ -545,6 +575,10 @@ impl<A: Arch> Engine for BundledEngine<A> {
 
     fn fault(&self) -> Option<Fault> {
         self.fault
+    }
+
+    fn text(&self) -> Arc<dyn crate::text_tokenizer::TextTokenizer> {
+        self.arch.text()
     }
 }
 

@@ -25,6 +25,10 @@ pub trait TextTokenizer: Send + Sync + std::fmt::Debug {
     fn render_chat(&self, messages: &[TextMessage]) -> std::result::Result<Vec<u32>, String>;
     /// The id that ends a turn (and generation).
     fn eos(&self) -> Option<u32>;
+    /// Whether this is the bundled byte tokenizer: ids 0..=0xff are single bytes and any byte string is text.
+    fn byte_level(&self) -> bool {
+        false
+    }
 }
 
 impl TextTokenizer for Tokenizer {
@@ -50,6 +54,10 @@ impl TextTokenizer for Tokenizer {
 
     fn eos(&self) -> Option<u32> {
         Some(crate::tokenizer::EOS)
+    }
+
+    fn byte_level(&self) -> bool {
+        true
     }
 }
 

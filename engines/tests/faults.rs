@@ -186,22 +186,22 @@ fn catching(arch: &str, fault: Fault) -> Option<Vec<Check>> {
     let two = |(turns, _): (Vec<Request>, usize)| turns.into_iter().map(fixed).collect::<Vec<_>>();
     Some(match (arch, fault) {
         // the shared record faults, on the strict-prefix archs
-        ("inkling" | "deepseek", Fault::CounterReuse) => {
+        ("inkling" | "deepseek" | "llama", Fault::CounterReuse) => {
             let (turns, _) = chat(arch, "{}", "tell me about rings", "more");
             let other = render(&[Message::new(Role::User, text("a different conversation, longer than before"))], true);
             vec![warm("{}", vec![fixed(turns[0].clone()), fixed(req(2, other, 6))], 0)]
         }
-        ("inkling" | "deepseek", Fault::BulkRecord) => {
+        ("inkling" | "deepseek" | "llama", Fault::BulkRecord) => {
             let (turns, fed) = chat(arch, "{}", "hello there", "go on");
             vec![warm("{}", turns.into_iter().map(fixed).collect(), fed)]
         }
-        ("inkling", Fault::MemcmpShort) => {
+        ("inkling" | "llama", Fault::MemcmpShort) => {
             let (turns, fed) = chat(arch, "{}", "hello there", "go on");
             let mut p = turns[1].prompt.clone();
             p[fed - 1] = if p[fed - 1] == 66 { 67 } else { 66 };
             vec![warm("{}", vec![fixed(turns[0].clone()), fixed(req(2, p, 6))], 0)]
         }
-        ("inkling", Fault::ReuseEqual) => {
+        ("inkling" | "llama", Fault::ReuseEqual) => {
             // the first prompt again: shorter than what the state recorded
             let (turns, _) = chat(arch, "{}", "hello there", "go on");
             vec![warm("{}", vec![fixed(turns[0].clone()), fixed(turns[0].clone())], 0)]
@@ -235,7 +235,7 @@ fn catching(arch: &str, fault: Fault) -> Option<Vec<Check>> {
             assert!(fed % 8 != 0, "a ring whose length is a multiple of the window shows no rotation");
             vec![warm(o, two((turns, fed)), fed)]
         }
-        ("inkling", Fault::DropGrowRecord) => {
+        ("inkling" | "llama", Fault::DropGrowRecord) => {
             let o = r#"{"initial_capacity": 32}"#;
             let (turns, fed) =
                 chat(arch, o, "wrap the ring", "now grow the state well past its first capacity, please");

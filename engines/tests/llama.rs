@@ -133,7 +133,7 @@ fn agrees_with_llama_cpp() {
 #[ignore = "needs SmolLM2: bash ci/fetch-smollm2.sh, then KVPROOF_CACHE=<cache> cargo test -- --ignored"]
 fn the_engine_continues_as_llama_cpp_does() {
     let path = smollm2_path().unwrap_or_else(|e| panic!("{e}"));
-    let mut engine = llama::open_gguf(&path, None).expect("opens");
+    let mut engine = llama::open_gguf(&path, &Default::default(), None).expect("opens");
     let info = engine.info();
     assert_eq!((info.arch.as_str(), info.vocab, info.max_ctx), ("llama", 49152, 8192));
     let mut compared = 0;

@@ -121,15 +121,15 @@ pub fn declared(d: DeclaredRule, caps: &Caps) -> Rule {
     }
 }
 
-/// The rule of a bundled arch (and, for glm, whether the driver says sharing is on).
+/// The rule of a bundled arch, as the arch itself declares it (the registry's `declares`; for glm, whether the
+/// driver says sharing is on).
 fn bundled_rule(info: &EngineInfo, caps: &Caps) -> Option<Rule> {
-    match info.arch.as_str() {
-        "inkling" => Some(Rule::StrictPrefix { audio_taints: true }),
-        "kimi" | "deepseek" => Some(Rule::StrictPrefix { audio_taints: false }),
-        "glm" => Some(Rule::CommonPrefix { share: caps.kv_share }),
-        "glm53" => info.prompt_rows.filter(|&r| r > 0).map(|prompt_rows| Rule::Grid { prompt_rows }),
-        _ => None,
-    }
+    let d = kvproof_engines::bundled::declared_rule(info)?.parse::<DeclaredRule>().ok()?;
+    Some(match declared(d, caps) {
+        // an arch that hears audio taints with it, whatever the transport says of frames
+        Rule::StrictPrefix { audio_taints } => Rule::StrictPrefix { audio_taints: audio_taints || info.audio },
+        rule => rule,
+    })
 }
 
 /// The rule for an engine: the one the engine declares in its capabilities, else its bundled arch's; `None` when
@@ -511,6 +511,9 @@ mod tests {
         assert_eq!(rule_for(&info, &caps), Some(GLM));
         caps.kv_share = true;
         assert_eq!(rule_for(&info, &caps), Some(Rule::CommonPrefix { share: true }));
+        info.arch = "llama".into();
+        info.audio = false;
+        assert_eq!(rule_for(&info, &caps), Some(Rule::StrictPrefix { audio_taints: false }));
         info.arch = "llama-gguf".into();
         assert_eq!(rule_for(&info, &caps), None);
     }

@@ -194,3 +194,31 @@ fn mutants_with_a_weak_scenario_set_exits_non_zero() {
     assert_eq!(report["clean"]["failed"], false);
     assert!(dir.join("mutants.md").is_file() && dir.join("clean/summary.md").is_file());
 }
+
+#[test]
+fn a_missing_real_model_exits_2_with_the_command_that_fetches_it() {
+    let dir = tmp("no-model");
+    let scenario = write(
+        &dir,
+        "real.json",
+        r#"{"name": "real", "engine": {"arch": "llama", "gguf": "smollm2"}, "kind": "boundary-matrix"}"#,
+    );
+    let empty = dir.join("empty-cache");
+    let o = kvproof()
+        .env("KVPROOF_CACHE", &empty)
+        .args(["run"])
+        .arg(&scenario)
+        .arg("--out")
+        .arg(dir.join("out"))
+        .output()
+        .expect("run");
+    let msg = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{msg}");
+    assert!(msg.contains("real.json") && msg.contains("bash ci/fetch-smollm2.sh"), "{msg}");
+    assert!(!dir.join("out").exists(), "nothing runs without the model");
+    // the served engine says the same (`cargo test --workspace` builds it next to kvproof)
+    let engine = PathBuf::from(env!("CARGO_BIN_EXE_kvproof")).with_file_name("kvproof-engine");
+    let o = Command::new(&engine).env("KVPROOF_CACHE", &empty).args(["--gguf", "smollm2"]).output().expect("engine");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("bash ci/fetch-smollm2.sh"), "{}", text(&o));
+}

@@ -19,6 +19,7 @@ fn spec(arch: &str, via: Via, cold: Cold) -> EngineSpec {
         config: Default::default(),
         via,
         cold,
+        gguf: None,
     }
 }
 
@@ -52,6 +53,7 @@ fn caps_come_from_the_engines_declaration() {
             config: serde_json::from_str(r#"{"kv_share": true}"#).expect("json"),
             via: Via::Stdio,
             cold: Cold::Process,
+            gguf: None,
         },
         None,
     )

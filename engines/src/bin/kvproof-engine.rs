@@ -10,7 +10,6 @@ use clap::{ArgGroup, Parser};
 use kvproof_engines::bundled;
 use kvproof_engines::bundled::ModelConfig;
 use kvproof_engines::config::Preset;
-use kvproof_engines::engine::EngineInfo;
 use kvproof_engines::fault::Fault;
 use kvproof_engines::serve::{serve, serve_http, HttpOptions, ServeError, ServeOptions};
 use serde_json::{Map, Value};
@@ -30,8 +29,8 @@ struct Cli {
     #[arg(long, conflicts_with_all = ["preset", "bench"])]
     model: Option<PathBuf>,
 
-    /// A GGUF model file (with --arch llama, e.g. SmolLM2 from `bash ci/fetch-smollm2.sh`); with --bench, its
-    /// prefill and decode speed.
+    /// A GGUF model file, or `smollm2` for SmolLM2 from the cache (`bash ci/fetch-smollm2.sh`); serves --arch
+    /// llama. With --bench, its prefill and decode speed.
     #[arg(long, value_name = "PATH", conflicts_with_all = ["model", "preset"])]
     gguf: Option<PathBuf>,
 
@@ -48,8 +47,9 @@ struct Cli {
     fault: Option<Fault>,
 
     /// With --preset: a JSON object overriding fields of the preset's model config before the weights are
-    /// generated, e.g. '{"kv_share": true}' (as a scenario's `engine.config`).
-    #[arg(long, value_name = "JSON", value_parser = parse_overrides, requires = "preset")]
+    /// generated, e.g. '{"kv_share": true}' (as a scenario's `engine.config`). With --gguf: how the model is
+    /// served (slots, initial_capacity, prefill_chunk, max_ctx).
+    #[arg(long, value_name = "JSON", value_parser = parse_overrides, conflicts_with = "model")]
     config: Option<Map<String, Value>>,
 
     /// Run the benchmarks instead of serving, and print the report.
@@ -88,24 +88,16 @@ fn model_config(arch: &str, preset: Preset, overrides: &Map<String, Value>) -> a
     ModelConfig::with_overrides(arch, preset, overrides).map_err(|e| anyhow::anyhow!("--config: {e}"))
 }
 
-/// The reuse rule a bundled engine follows, as CAPS `reuse_rule=` declares it (docs/protocol.md).
-fn reuse_rule(info: &EngineInfo) -> Option<String> {
-    match info.arch.as_str() {
-        "inkling" | "kimi" | "deepseek" | "llama" => Some("strict".into()),
-        "glm" => Some("lcp".into()),
-        "glm53" => info.prompt_rows.filter(|&r| r > 0).map(|r| format!("grid:{r}")),
-        _ => None,
-    }
-}
-
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    if let Some(path) = cli.gguf.as_deref().filter(|p| !p.is_file()) {
-        eprintln!(
-            "kvproof-engine: {} not found: fetch SmolLM2 with `bash ci/fetch-smollm2.sh [CACHE_DIR]`",
-            path.display()
-        );
-        return ExitCode::from(2);
+    let mut cli = Cli::parse();
+    if let Some(model) = &cli.gguf {
+        match kvproof_engines::gguf::resolve(&model.to_string_lossy()) {
+            Ok(path) => cli.gguf = Some(path),
+            Err(e) => {
+                eprintln!("kvproof-engine: --gguf {e}");
+                return ExitCode::from(2);
+            }
+        }
     }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -141,7 +133,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let (mut engine, kv_share) = match (&cli.model, cli.preset) {
         _ if cli.gguf.is_some() => {
             let path = cli.gguf.as_deref().context("--gguf")?;
-            let engine = kvproof_engines::arch::llama::open_gguf(path, cli.fault)
+            let overrides = cli.config.clone().unwrap_or_default();
+            let engine = kvproof_engines::arch::llama::open_gguf(path, &overrides, cli.fault)
                 .with_context(|| format!("opening {}", path.display()))?;
             (engine, false)
         }
@@ -169,7 +162,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     };
 
     // declared over either transport, so the harness's oracle can hold the engine to an exact count
-    let rule = reuse_rule(&engine.info());
+    let rule = bundled::declared_rule(&engine.info());
     if let Some(port) = cli.http {
         return serve_over_http(engine.as_mut(), port, kv_share, rule);
     }

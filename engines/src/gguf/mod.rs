@@ -58,6 +58,24 @@ pub fn smollm2_path() -> std::result::Result<PathBuf, String> {
     }
 }
 
+/// The models kvproof knows how to fetch, by the name a scenario's `engine.gguf` or `kvproof-engine --gguf` may
+/// give instead of a path.
+pub const KNOWN_MODELS: &[&str] = &["smollm2"];
+
+/// The GGUF file `model` names: a known model's name (`smollm2`, found in the cache) or a path to a file. Missing:
+/// an error saying how to get it.
+pub fn resolve(model: &str) -> std::result::Result<PathBuf, String> {
+    match model {
+        "smollm2" => smollm2_path(),
+        path if std::path::Path::new(path).is_file() => Ok(PathBuf::from(path)),
+        path => Err(format!(
+            "{path} not found: give a GGUF file or a known model ({}; `smollm2` is fetched with `bash \
+             ci/fetch-smollm2.sh`)",
+            KNOWN_MODELS.join(", ")
+        )),
+    }
+}
+
 /// Most dimensions a tensor may have.
 pub const MAX_DIMS: usize = 4;
 /// How deep arrays may nest (deeper: an error, not a stack overflow).

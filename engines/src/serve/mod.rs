@@ -1,6 +1,7 @@
 //! The stdio serve protocol (docs/protocol.md), so the harness drives any engine process the same way:
 //! `frame` is the wire syntax, `request` maps SUBMIT to an engine `Request`, `server` serves any `Engine`,
-//! `client` drives any process that speaks the protocol. `http` serves an engine over an OpenAI-compatible HTTP API
+//! `client` drives any process that speaks the protocol, `text` is the engine's tokenizer and template as both
+//! servers use it. `http` serves an engine over an OpenAI-compatible HTTP API
 //! instead (docs/http.md).
 
 pub mod client;
@@ -8,6 +9,7 @@ pub mod frame;
 pub mod http;
 pub mod request;
 pub mod server;
+pub mod text;
 
 pub use client::{ClientError, ClientReply, StdioEngine, SubmitExtras};
 pub use frame::{

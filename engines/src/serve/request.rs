@@ -1,13 +1,15 @@
 //! SUBMIT frame <-> engine `Request`: the payload as ids, text or a conversation, the ext block as audio frames,
 //! and the checks that need the engine's limits (slots, vocabulary, audio).
 
-use crate::chat::{render_text, TextMessage};
+use crate::chat::TextMessage;
 use crate::engine::{EngineInfo, Request, Sampling};
 use crate::serve::frame::{parse_count, quote, ErrorCode, Rejection, SubmitFrame};
-use crate::tokenizer::{Tokenizer, AUDIO};
+use crate::serve::text::ServeText;
+use crate::tokenizer::AUDIO;
 
-/// Turn a parsed SUBMIT into a request the engine can run.
-pub fn build(frame: SubmitFrame, info: &EngineInfo) -> Result<Request, Rejection> {
+/// Turn a parsed SUBMIT into a request the engine can run; text and conversations are tokenized with `text`,
+/// the engine's own tokenizer and template.
+pub fn build(frame: SubmitFrame, info: &EngineInfo, text: &ServeText) -> Result<Request, Rejection> {
     let id = frame.id;
     if frame.slot >= info.slots {
         return Err(Rejection::bad_request(format!(
@@ -24,9 +26,9 @@ pub fn build(frame: SubmitFrame, info: &EngineInfo) -> Result<Request, Rejection
     let prompt = if frame.ids {
         parse_ids(id, &frame.payload, info.vocab)?
     } else if frame.chat {
-        parse_chat(id, &frame.payload)?
+        parse_chat(id, &frame.payload, text)?
     } else {
-        Tokenizer.encode(&frame.payload)
+        text.encode_bytes(&frame.payload).map_err(|e| Rejection::bad_request(format!("SUBMIT {id}: {e}")))?
     };
     if prompt.is_empty() {
         return Err(Rejection::new(ErrorCode::EmptyPrompt, format!("SUBMIT {id}: the prompt has no tokens")));
@@ -85,16 +87,16 @@ pub fn chat_frame(id: u64, slot: usize, messages: &[TextMessage], max_tokens: us
     SubmitFrame { id, slot, max_tokens, top_p: 1.0, ignore_eos, chat: true, payload, ..SubmitFrame::default() }
 }
 
-/// A `chat=1` payload: a JSON array of `{"role", "content"}` messages, rendered with the chat template (each
-/// message's content byte by byte, then the assistant marker the reply follows).
-fn parse_chat(id: u64, payload: &[u8]) -> Result<Vec<u32>, Rejection> {
+/// A `chat=1` payload: a JSON array of `{"role", "content"}` messages, rendered with the engine's chat template
+/// and tokenized, ending where the assistant's reply begins.
+fn parse_chat(id: u64, payload: &[u8], text: &ServeText) -> Result<Vec<u32>, Rejection> {
     let messages: Vec<TextMessage> = serde_json::from_slice(payload).map_err(|e| {
         Rejection::bad_request(format!("SUBMIT {id}: chat payload is not a JSON array of {{role, content}}: {e}"))
     })?;
     if messages.is_empty() {
         return Err(Rejection::new(ErrorCode::EmptyPrompt, format!("SUBMIT {id}: the conversation has no messages")));
     }
-    render_text(&messages).map_err(|e| Rejection::bad_request(format!("SUBMIT {id}: {e}")))
+    text.render_chat(&messages).map_err(|e| Rejection::bad_request(format!("SUBMIT {id}: {e}")))
 }
 
 /// Space-separated decimal ids (any ASCII whitespace separates).
@@ -157,7 +159,12 @@ fn split_audio(id: u64, prompt: &[u32], ext: Vec<u8>, info: &EngineInfo) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chat::render_text;
     use crate::tokenizer::{BOS, ROLE_USER, VOCAB};
+
+    fn build(frame: SubmitFrame, info: &EngineInfo) -> Result<Request, Rejection> {
+        super::build(frame, info, &ServeText::bytes())
+    }
 
     fn info(audio: bool) -> EngineInfo {
         EngineInfo {

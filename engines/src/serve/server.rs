@@ -17,7 +17,7 @@ use crate::serve::frame::{
     Verb,
 };
 use crate::serve::request;
-use crate::tokenizer::Tokenizer;
+use crate::serve::text::ServeText;
 
 /// The environment variable that turns on the `[PREFIX]` lines.
 pub const PREFIX_LOG_ENV: &str = "KVPROOF_PREFIX_LOG";
@@ -121,6 +121,7 @@ where
         log,
         rx,
         info,
+        text: ServeText::of(&*engine),
         options,
         queue: VecDeque::new(),
         current: None,
@@ -178,6 +179,8 @@ struct Session<W, L> {
     log: L,
     rx: Receiver<Incoming>,
     info: EngineInfo,
+    /// The engine's tokenizer and template, taken once at start.
+    text: ServeText,
     options: ServeOptions,
     queue: VecDeque<Job>,
     current: Option<Current>,
@@ -233,7 +236,7 @@ impl<W: Write, L: Write> Session<W, L> {
                     return self.error(Some(id), Rejection::new(ErrorCode::SlotBusy, detail));
                 }
                 let (echo, cancel_at) = (submit.echo, submit.cancel_at);
-                match request::build(submit, &self.info) {
+                match request::build(submit, &self.info, &self.text) {
                     Ok(req) => self.queue.push_back(Job::Submit { req, stop: false, echo, cancel_at }),
                     Err(rejection) => self.error(Some(id), rejection),
                 }
@@ -387,7 +390,7 @@ impl<W: Write, L: Write> Observer for Live<'_, W, L> {
             tid: Some(event.id),
             gap: Some(event.gap),
             top: event.top.clone(),
-            text: Tokenizer.token_bytes(event.id),
+            text: self.session.text.token_bytes(event.id),
         };
         self.session.send(&EngineFrame::Data(data));
         self.session.poll();

@@ -2,7 +2,7 @@
 //! state over the same `Arc` weights, so starting one costs an allocation, not a model load.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use kvproof_engines::config::Preset;
@@ -11,8 +11,7 @@ use kvproof_engines::engine::{Engine, EngineInfo, Flow, NoObserver, Observer, Re
 use kvproof_engines::error::EngineError;
 use kvproof_engines::fault::Fault;
 
-use kvproof_engines::chat::render_text;
-use kvproof_engines::tokenizer::Tokenizer;
+use kvproof_engines::text_tokenizer::TextTokenizer;
 
 use super::{Caps, ChatRequest, Driver, DriverError, Generation, Launcher};
 use crate::scenario::engine_config::{self, ConfigOverrides};
@@ -62,6 +61,25 @@ impl InProcessLauncher {
         Ok(Self::from_engine(engine, label.clone()).sharing(kv_share))
     }
 
+    /// Open the GGUF model at `path` (arch llama) with `config` (how it is served) and `fault`.
+    pub fn open_gguf(
+        path: &std::path::Path,
+        fault: Option<Fault>,
+        config: &ConfigOverrides,
+    ) -> Result<Self, DriverError> {
+        let mut label = format!("llama/gguf {}", path.display());
+        if !config.is_empty() {
+            label.push_str(&format!("/config {}", engine_config::describe(config)));
+        }
+        if let Some(f) = fault {
+            label.push_str(&format!("/fault {f}"));
+        }
+        label.push_str(" (in-process)");
+        let engine = kvproof_engines::arch::llama::open_gguf(path, config, fault)
+            .map_err(|e| DriverError::Start { engine: label.clone(), detail: e.to_string() })?;
+        Ok(Self::from_engine(engine, label))
+    }
+
     /// Declare whether the engine shares prefixes across slots (the oracle cannot read it from `EngineInfo`).
     pub fn sharing(mut self, kv_share: bool) -> Self {
         self.caps.kv_share = kv_share;
@@ -91,7 +109,8 @@ impl InProcessLauncher {
 impl Launcher for InProcessLauncher {
     fn launch(&self) -> Result<Box<dyn Driver>, DriverError> {
         let engine = self.base.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).fresh();
-        Ok(Box::new(InProcess { engine, info: self.info.clone(), caps: self.caps.clone() }))
+        let text = engine.text();
+        Ok(Box::new(InProcess { engine, text, info: self.info.clone(), caps: self.caps.clone() }))
     }
     fn info(&self) -> &EngineInfo {
         &self.info
@@ -107,6 +126,8 @@ impl Launcher for InProcessLauncher {
 /// One in-process instance.
 pub struct InProcess {
     engine: Box<dyn Engine>,
+    /// The engine's tokenizer and chat template, for conversations sent as text.
+    text: Arc<dyn TextTokenizer>,
     info: EngineInfo,
     caps: Caps,
 }
@@ -147,7 +168,7 @@ impl Driver for InProcess {
 
     fn generate_chat(&mut self, req: &ChatRequest) -> Result<Generation, DriverError> {
         let bad = |detail: String| DriverError::Refused { code: "BAD_REQUEST".into(), detail };
-        let prompt = render_text(&req.messages).map_err(bad)?;
+        let prompt = self.text.render_chat(&req.messages).map_err(bad)?;
         let r = Request {
             id: req.id,
             slot: req.slot,
@@ -212,7 +233,7 @@ impl InProcess {
                 wall,
                 stop: reply.stop,
                 prompt_ids: None,
-                pieces: Some(reply.tokens.iter().map(|&t| Tokenizer.token_bytes(t)).collect()),
+                pieces: Some(reply.tokens.iter().map(|&t| self.text.token_bytes(t)).collect()),
             }),
             Ok(Err(e)) => Err(DriverError::Refused { code: error_code(&e).into(), detail: e.to_string() }),
             Err(p) => Err(DriverError::Died {

@@ -184,22 +184,37 @@ pub trait Launcher: Send + Sync {
 /// The launcher for a scenario's engine; `fault` overrides the scenario's for bundled engines.
 pub fn launcher_for(spec: &EngineSpec, fault: Option<Option<Fault>>) -> Result<Box<dyn Launcher>, DriverError> {
     match spec {
-        EngineSpec::Bundled { arch, preset, seed, fault: own, config, via, cold } => {
+        EngineSpec::Bundled { arch, preset, seed, fault: own, config, via, cold, gguf } => {
             let fault = fault.unwrap_or(*own);
-            match via {
-                Via::InProcess => Ok(Box::new(InProcessLauncher::open_with(arch, *preset, *seed, fault, config)?)),
-                Via::Stdio => {
-                    let command = bundled_command(arch, *preset, *seed, fault, config);
-                    let label = EngineSpec::Bundled {
-                        arch: arch.clone(),
-                        preset: *preset,
-                        seed: *seed,
-                        fault,
-                        config: config.clone(),
-                        via: *via,
-                        cold: *cold,
-                    }
-                    .label();
+            let label = EngineSpec::Bundled {
+                arch: arch.clone(),
+                preset: *preset,
+                seed: *seed,
+                fault,
+                config: config.clone(),
+                via: *via,
+                cold: *cold,
+                gguf: gguf.clone(),
+            }
+            .label();
+            // a model that is not there is an input error that says how to get it
+            let model = gguf
+                .as_deref()
+                .map(|m| {
+                    kvproof_engines::gguf::resolve(m)
+                        .map_err(|detail| DriverError::Start { engine: label.clone(), detail })
+                })
+                .transpose()?;
+            match (via, model) {
+                (Via::InProcess, None) => {
+                    Ok(Box::new(InProcessLauncher::open_with(arch, *preset, *seed, fault, config)?))
+                }
+                (Via::InProcess, Some(path)) => Ok(Box::new(InProcessLauncher::open_gguf(&path, fault, config)?)),
+                (Via::Stdio, model) => {
+                    let command = match model {
+                        Some(path) => stdio::gguf_command(&path, fault, config),
+                        None => bundled_command(arch, *preset, *seed, fault, config),
+                    };
                     Ok(Box::new(StdioLauncher::start(&command, stdio::BUNDLED_TIMEOUT_MS, *cold)?.with_label(label)))
                 }
             }

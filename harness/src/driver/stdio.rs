@@ -72,6 +72,20 @@ pub fn bundled_command(
     command
 }
 
+/// The `kvproof-engine` command serving the GGUF model at `path` (arch llama) with `fault` and `config`.
+pub fn gguf_command(path: &Path, fault: Option<Fault>, config: &ConfigOverrides) -> Vec<String> {
+    let mut command: Vec<String> =
+        ["kvproof-engine", "--arch", "llama", "--gguf"].iter().map(|s| s.to_string()).collect();
+    command.push(path.display().to_string());
+    if let Some(f) = fault {
+        command.extend(["--fault".to_string(), f.name().to_string()]);
+    }
+    if !config.is_empty() {
+        command.extend(["--config".to_string(), engine_config::describe(config)]);
+    }
+    command
+}
+
 fn on_path(program: &str) -> bool {
     std::env::var_os("PATH").is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
 }

@@ -40,6 +40,13 @@ pub fn load_str(path: &Path, text: &str) -> Result<Scenario, ScenarioError> {
         ScenarioError::Parse { path: path.to_path_buf(), line: e.line(), column: e.column(), message }
     })?;
     scenario.path = path.to_path_buf();
+    // a GGUF file named by a relative path is found next to the scenario, as a corpus is
+    if let super::EngineSpec::Bundled { gguf: Some(model), .. } = &mut scenario.engine {
+        let known = kvproof_engines::gguf::KNOWN_MODELS.contains(&model.as_str());
+        if !known && Path::new(model.as_str()).is_relative() {
+            *model = path.parent().unwrap_or(Path::new(".")).join(&*model).display().to_string();
+        }
+    }
     let corpus = match &scenario.params {
         super::Params::StressPairs(p) => p.corpus.as_deref().map(|f| (f, false)),
         super::Params::SemanticStaleness(p) => p.corpus.as_deref().map(|f| (f, true)),

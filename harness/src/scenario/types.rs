@@ -224,6 +224,12 @@ pub enum EngineSpec {
         /// With via stdio: how cold instances start (process, the default, or reset).
         #[schemars(with = "Option<Cold>")]
         cold: Cold,
+        /// With arch llama: the weights, tokenizer and chat template of a GGUF file instead of a random-init
+        /// preset: a known model's name (`smollm2`, fetched by `bash ci/fetch-smollm2.sh`) or a path to a `.gguf`
+        /// file (relative to the scenario's folder). `config` may then set only slots, initial_capacity,
+        /// prefill_chunk and max_ctx; `preset` and `seed` do not apply.
+        #[schemars(with = "Option<String>", length(min = 1))]
+        gguf: Option<String>,
     },
     /// Any command speaking the stdio protocol (docs/protocol.md).
     Command {
@@ -254,8 +260,11 @@ impl EngineSpec {
     /// A short label for tables and logs.
     pub fn label(&self) -> String {
         match self {
-            EngineSpec::Bundled { arch, preset, seed, fault, config, via, cold } => {
-                let mut label = format!("{arch}/{preset}/seed {seed}");
+            EngineSpec::Bundled { arch, preset, seed, fault, config, via, cold, gguf } => {
+                let mut label = match gguf {
+                    Some(model) => format!("{arch}/gguf {model}"),
+                    None => format!("{arch}/{preset}/seed {seed}"),
+                };
                 if !config.is_empty() {
                     label.push_str(&format!("/config {}", super::engine_config::describe(config)));
                 }
@@ -327,6 +336,8 @@ pub struct RawEngine {
     retries: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     extra_body: Option<serde_json::Map<String, serde_json::Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    gguf: Option<String>,
 }
 
 impl RawEngine {
@@ -354,6 +365,9 @@ impl TryFrom<RawEngine> for EngineSpec {
         }
         if let Some(field) = raw.http_fields().first().filter(|_| raw.url.is_none()) {
             return Err(format!("engine.{field}: applies to engines reached over HTTP (`url`) only"));
+        }
+        if raw.gguf.is_some() && raw.arch.is_none() {
+            return Err("engine.gguf: applies to bundled engines (`arch`: llama) only".into());
         }
         if let Some(url) = raw.url {
             if raw.via.is_some() {
@@ -403,6 +417,27 @@ impl TryFrom<RawEngine> for EngineSpec {
                         .into());
                 }
                 kvproof_engines::bundled::arch(&arch).map_err(|e| format!("engine.arch: {e}"))?;
+                if let Some(model) = &raw.gguf {
+                    if arch != kvproof_engines::arch::llama::INFO.name {
+                        return Err(format!("engine.gguf: a GGUF model is served by arch llama, not {arch}"));
+                    }
+                    if model.is_empty() {
+                        return Err("engine.gguf: must name a model (smollm2) or a .gguf file".into());
+                    }
+                    if raw.preset.is_some() || raw.seed.is_some() {
+                        return Err("engine: `preset` and `seed` make random-init weights; with `gguf` the weights \
+                                    are the file's"
+                            .into());
+                    }
+                    let options = kvproof_engines::arch::llama::GGUF_OPTIONS;
+                    if let Some(key) = raw.config.iter().flat_map(|c| c.keys()).find(|k| !options.contains(&k.as_str()))
+                    {
+                        return Err(format!(
+                            "engine.config.{key}: fixed by the GGUF file (options here: {})",
+                            options.join(", ")
+                        ));
+                    }
+                }
                 let preset = match raw.preset {
                     Some(p) => Preset::from_str(&p).map_err(|e| format!("engine.preset: {e}"))?,
                     None => Preset::Tiny,
@@ -417,8 +452,12 @@ impl TryFrom<RawEngine> for EngineSpec {
                     None => None,
                 };
                 let config = raw.config.unwrap_or_default();
-                super::engine_config::model_config(&arch, preset, &config)?;
-                Ok(EngineSpec::Bundled { arch, preset, seed: raw.seed.unwrap_or(0), fault, config, via, cold })
+                // a GGUF engine's values are checked against the file when it is opened
+                if raw.gguf.is_none() {
+                    super::engine_config::model_config(&arch, preset, &config)?;
+                }
+                let seed = raw.seed.unwrap_or(0);
+                Ok(EngineSpec::Bundled { arch, preset, seed, fault, config, via, cold, gguf: raw.gguf })
             }
             (None, Some(command)) => {
                 if raw.preset.is_some() || raw.seed.is_some() || raw.fault.is_some() || raw.config.is_some() {
@@ -463,10 +502,11 @@ fn parse_cold(cold: Option<&serde_json::Value>) -> Result<Cold, String> {
 impl From<EngineSpec> for RawEngine {
     fn from(spec: EngineSpec) -> RawEngine {
         match spec {
-            EngineSpec::Bundled { arch, preset, seed, fault, config, via, cold } => RawEngine {
+            EngineSpec::Bundled { arch, preset, seed, fault, config, via, cold, gguf } => RawEngine {
                 arch: Some(arch),
-                preset: Some(preset.name().into()),
-                seed: Some(seed),
+                preset: gguf.is_none().then(|| preset.name().into()),
+                seed: gguf.is_none().then_some(seed),
+                gguf,
                 fault: fault.map(|f| f.name().to_string()),
                 config: (!config.is_empty()).then_some(config),
                 via: (via != Via::InProcess).then(|| via.to_string()),
@@ -627,4 +667,38 @@ fn validate_growth_assertions(params: &Params, a: &Assertions) -> Result<(), Str
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engine(json: &str) -> Result<EngineSpec, String> {
+        serde_json::from_str::<EngineSpec>(json).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_gguf_engine_is_llama_with_serving_options_only() {
+        let spec = engine(r#"{"arch": "llama", "gguf": "smollm2", "config": {"slots": 2}, "fault": "bulk-record"}"#)
+            .expect("a GGUF engine");
+        assert_eq!(spec.label(), r#"llama/gguf smollm2/config {"slots":2}/fault bulk-record"#);
+        // written back without the preset and seed a GGUF engine does not have
+        let back = serde_json::to_value(&spec).expect("json");
+        assert!(back.get("preset").is_none() && back.get("seed").is_none(), "{back}");
+        assert_eq!(engine(&back.to_string()), Ok(spec));
+        for (json, want) in [
+            (r#"{"arch": "inkling", "gguf": "smollm2"}"#, "engine.gguf: a GGUF model is served by arch llama"),
+            (r#"{"arch": "llama", "gguf": "smollm2", "preset": "tiny"}"#, "with `gguf` the weights are the file's"),
+            (r#"{"arch": "llama", "gguf": "smollm2", "seed": 3}"#, "with `gguf` the weights are the file's"),
+            (r#"{"arch": "llama", "gguf": "smollm2", "config": {"hidden": 8}}"#, "engine.config.hidden: fixed by"),
+            (r#"{"arch": "llama", "gguf": ""}"#, "engine.gguf: must name"),
+            (r#"{"command": ["x"], "gguf": "smollm2"}"#, "engine.gguf: applies to bundled engines"),
+            (r#"{"arch": "llama", "gguf": "smollm2", "fault": "no-taint"}"#, "engine.fault"),
+        ] {
+            let e = engine(json).expect_err(json);
+            assert!(e.contains(want), "{json}: {e}");
+        }
+        // without gguf, llama is a random-init preset like every bundled arch
+        assert!(engine(r#"{"arch": "llama", "preset": "tiny"}"#).is_ok());
+    }
 }

@@ -16,7 +16,7 @@ pub use model::{Config, Model};
 use state::State;
 
 use crate::engine::EngineInfo;
-use crate::engine_loop::{Arch, ArchInfo, Progress, Segment, Slot, Step};
+use crate::engine_loop::{Arch, ArchInfo, DeclaredReuse, Progress, Segment, Slot, Step};
 use crate::fault::Fault;
 use forward::Batch;
 
@@ -27,6 +27,7 @@ pub const INFO: ArchInfo = ArchInfo {
             per ratio positions; ratio-4 layers overlap)",
     reuse_rule: "strict-prefix continuation via the record; prefill in atomic segments recorded as each completes; \
                  decode records each id as it is fed; every failure taints",
+    declares: DeclaredReuse::Strict,
     faults: &[Fault::CounterReuse, Fault::BulkRecord, Fault::RecordOnFailure],
 };
 

@@ -16,7 +16,7 @@ use state::State;
 
 use crate::dump::{Writer, WriterKind};
 use crate::engine::Request;
-use crate::engine_loop::{Arch, ArchInfo, Progress, Segment, Slot, Start, Step};
+use crate::engine_loop::{Arch, ArchInfo, DeclaredReuse, Progress, Segment, Slot, Start, Step};
 use crate::error::Result;
 use crate::fault::Fault;
 use forward::Batch;
@@ -27,6 +27,7 @@ pub const INFO: ArchInfo = ArchInfo {
     state: "MLA latent rows (kv_lora + qk_rope per position, position-addressed) in several pinned slots",
     reuse_rule: "truncate the slot to the longest common prefix with its record, bounded by prompt length - 1, \
                  and extend; with kv_share, an empty slot copies the longest matching prefix of another slot",
+    declares: DeclaredReuse::Lcp,
     faults: &[
         Fault::CounterReuse,
         Fault::BulkRecord,

@@ -26,7 +26,7 @@ use state::State;
 
 use crate::dump::{Writer, WriterKind};
 use crate::engine::{EngineInfo, Request};
-use crate::engine_loop::{Arch, ArchInfo, Progress, Segment, Slot, Start, Step};
+use crate::engine_loop::{Arch, ArchInfo, DeclaredReuse, Progress, Segment, Slot, Start, Step};
 use crate::error::Result;
 use crate::fault::Fault;
 use crate::prefix::{Decision, NoReuse};
@@ -39,6 +39,7 @@ pub const INFO: ArchInfo = ArchInfo {
             plus a speculative MTP drafter's own k/v rows",
     reuse_rule: "min(LCP, previous prompt length, prompt length - 1) rounded down to the prompt_rows grid; \
                  drafter resumed at the offset",
+    declares: DeclaredReuse::Grid,
     faults: &[Fault::VariableChunks, Fault::NoCanonicalBound, Fault::NoGridQuantize, Fault::DrafterNotResumed],
 };
 

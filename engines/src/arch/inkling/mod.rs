@@ -14,7 +14,7 @@ pub use model::{Config, Model};
 use state::State;
 
 use crate::engine::{EngineInfo, Request};
-use crate::engine_loop::{Arch, ArchInfo, AudioRows, Progress, Segment, Slot, Start, Step};
+use crate::engine_loop::{Arch, ArchInfo, AudioRows, DeclaredReuse, Progress, Segment, Slot, Start, Step};
 use crate::error::{EngineError, Result};
 use crate::fault::Fault;
 use crate::prefix::{Decision, NoReuse};
@@ -26,6 +26,7 @@ pub const INFO: ArchInfo = ArchInfo {
     modelled_on: "inkling.c",
     state: "sliding-window GQA rings + full global layers (~5:1), short-conv windows",
     reuse_rule: "strict prefix via the record; audio taints; capacity growth keeps rings and the record",
+    declares: DeclaredReuse::Strict,
     faults: &[
         Fault::CounterReuse,
         Fault::BulkRecord,

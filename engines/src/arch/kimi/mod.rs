@@ -14,7 +14,7 @@ pub use model::{Config, Model};
 use state::State;
 
 use crate::engine::Request;
-use crate::engine_loop::{Arch, ArchInfo, Progress, Segment, Slot, Start, Step};
+use crate::engine_loop::{Arch, ArchInfo, DeclaredReuse, Progress, Segment, Slot, Start, Step};
 use crate::fault::Fault;
 use crate::prefix::{Decision, NoReuse};
 use forward::Batch;
@@ -26,6 +26,7 @@ pub const INFO: ArchInfo = ArchInfo {
             (NoPE) latent rows on every mla_every-th layer and the last",
     reuse_rule: "strict prefix via the record (a recurrent state cannot be rewound); buffers kept across turns and \
                  grown with the context, never leaked",
+    declares: DeclaredReuse::Strict,
     faults: &[Fault::KvLeak, Fault::TruncateRecurrent],
 };
 

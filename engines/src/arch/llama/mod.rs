@@ -18,7 +18,7 @@ pub use state::State;
 
 use crate::decode::Generable;
 use crate::engine::Engine;
-use crate::engine_loop::{Arch, ArchInfo, BundledEngine, Progress, Segment, Slot, Step};
+use crate::engine_loop::{Arch, ArchInfo, BundledEngine, DeclaredReuse, Progress, Segment, Slot, Step};
 use crate::error::Result;
 use crate::fault::Fault;
 use crate::gguf::Gguf;
@@ -28,7 +28,8 @@ pub const INFO: ArchInfo = ArchInfo {
     modelled_on: "llama.cpp (GGUF)",
     state: "full GQA k/v cache per layer (rows carry position and writer)",
     reuse_rule: "strict prefix via the record; capacity growth copies every layer and keeps the record",
-    faults: &[],
+    declares: DeclaredReuse::Strict,
+    faults: &[Fault::CounterReuse, Fault::BulkRecord, Fault::MemcmpShort, Fault::ReuseEqual, Fault::DropGrowRecord],
 };
 
 impl Arch for Model {
@@ -41,6 +42,14 @@ impl Arch for Model {
     /// Every id of the model's own vocabulary; its eos ends a reply.
     fn generable(&self) -> Generable {
         Generable { eos: self.eos, bytes_only: false }
+    }
+
+    /// The file's BPE tokenizer and chat template; a synthetic model's byte tokenizer.
+    fn text(&self) -> Arc<dyn crate::text_tokenizer::TextTokenizer> {
+        match &self.text {
+            Some(t) => t.clone(),
+            None => Arc::new(crate::tokenizer::Tokenizer),
+        }
     }
 
     fn prefill(&self, slot: &mut Slot<State>, seg: &Segment, _: &mut Progress, _: Option<Fault>) -> Option<Vec<f32>> {
@@ -57,9 +66,35 @@ pub fn load(path: &Path) -> Result<Model> {
     Model::from_gguf(Arc::new(Gguf::open(path)?))
 }
 
-/// An engine serving the GGUF model at `path`, with `fault` on.
-pub fn open_gguf(path: &Path, fault: Option<Fault>) -> Result<Box<dyn Engine>> {
-    Ok(Box::new(BundledEngine::new(Arc::new(load(path)?), fault)))
+/// The options of a GGUF model's config an engine may set: how it serves, not what the file holds.
+pub const GGUF_OPTIONS: &[&str] = &["slots", "initial_capacity", "prefill_chunk", "max_ctx"];
+
+/// The model a GGUF file holds, served with `overrides` (only [`GGUF_OPTIONS`]; `max_ctx` at most the file's
+/// context length). Errors name the key, as for a scenario's `engine.config`.
+pub fn load_with(path: &Path, overrides: &serde_json::Map<String, serde_json::Value>) -> Result<Model> {
+    let mut model = load(path)?;
+    let file_ctx = model.config.max_ctx;
+    let bad = |message: String| crate::error::EngineError::Config { path: path.into(), message };
+    let config = crate::config::apply_overrides(model.config.clone(), overrides, Some((GGUF_OPTIONS, "the GGUF file")))
+        .map_err(bad)?;
+    if config.max_ctx > file_ctx {
+        return Err(bad(format!(
+            "engine.config.max_ctx: {} is past the file's context length {file_ctx}",
+            config.max_ctx
+        )));
+    }
+    model.config = config;
+    Ok(model)
+}
+
+/// An engine serving the GGUF model at `path` with `overrides`, with `fault` on.
+pub fn open_gguf(
+    path: &Path,
+    overrides: &serde_json::Map<String, serde_json::Value>,
+    fault: Option<Fault>,
+) -> Result<Box<dyn Engine>> {
+    crate::bundled::check_fault(INFO.name, fault)?;
+    Ok(Box::new(BundledEngine::new(Arc::new(load_with(path, overrides)?), fault)))
 }
 
 /// One line of `kvproof-engine --bench --gguf`: a prompt of `prompt` ids prefilled in `prefill_chunk` segments,

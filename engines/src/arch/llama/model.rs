@@ -13,6 +13,7 @@ use crate::error::{EngineError, Result};
 use crate::gguf::{GgmlType, Gguf};
 use crate::kernels::{QBytes, QMatrix, QType};
 use crate::tensors::Source;
+use crate::text_tokenizer::GgufTokenizer;
 
 /// The llama config: the shared base (its MoE fields fixed at one dense FFN) plus the rope layout.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -131,6 +132,8 @@ pub struct Model {
     pub eos: u32,
     /// Short hash of config + weights.
     pub hash: String,
+    /// The file's tokenizer and chat template (`None` for a synthetic model: the bundled byte tokenizer).
+    pub text: Option<Arc<GgufTokenizer>>,
 }
 
 /// Where the model's tensors come from, by their GGUF names.
@@ -217,7 +220,10 @@ impl Model {
             path: g.path().into(),
             message: format!("metadata key `tokenizer.ggml.eos_token_id`: {eos} is outside the vocabulary"),
         })?;
-        Self::assemble(c, &mut FromGguf(g), hash, eos)
+        let text = Arc::new(GgufTokenizer::from_gguf(&g)?);
+        let mut model = Self::assemble(c, &mut FromGguf(g), hash, eos)?;
+        model.text = Some(text);
+        Ok(model)
     }
 
     fn assemble(c: Config, t: &mut dyn Tensors, hash: String, eos: u32) -> Result<Model> {
@@ -241,7 +247,7 @@ impl Model {
         }
         let final_norm = t.vector("output_norm.weight", h)?;
         let output = t.output(&embed, c.vocab, h)?;
-        Ok(Model { config: c, embed, layers, final_norm, output, eos, hash })
+        Ok(Model { config: c, embed, layers, final_norm, output, eos, hash, text: None })
     }
 }
 

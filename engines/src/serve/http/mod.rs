@@ -24,10 +24,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::chat::render_text;
 use crate::engine::{Engine, EngineInfo, Flow, Observer, Request, Sampling, TokenEvent};
 use crate::error::EngineError;
-use crate::tokenizer::{Tokenizer, AUDIO};
+use crate::serve::text::ServeText;
+use crate::tokenizer::AUDIO;
 
 use api::{ApiError, Endpoint, Input};
 use reply::{Answer, Format};
@@ -86,6 +86,8 @@ fn is_transient(e: &io::Error) -> bool {
 struct Server<'a> {
     engine: &'a mut dyn Engine,
     info: EngineInfo,
+    /// The engine's tokenizer and template, taken once at start.
+    text: ServeText,
     model: String,
     options: HttpOptions,
     next_id: u64,
@@ -101,7 +103,8 @@ impl<'a> Server<'a> {
             None => info.arch.clone(),
         });
         let held = vec![0; info.slots];
-        Server { engine, info, model, options, next_id: 1, held }
+        let text = ServeText::of(&*engine);
+        Server { engine, info, text, model, options, next_id: 1, held }
     }
 
     fn connection(&mut self, mut stream: TcpStream) {
@@ -205,8 +208,10 @@ impl<'a> Server<'a> {
         }
         let (prompt, field) = match &g.input {
             Input::Ids(ids) => (ids.clone(), "prompt"),
-            Input::Text(text) => (Tokenizer.encode(text.as_bytes()), "prompt"),
-            Input::Chat(messages) => (render_text(messages).map_err(|e| ApiError::bad("messages", e))?, "messages"),
+            Input::Text(text) => (self.text.encode(text), "prompt"),
+            Input::Chat(messages) => {
+                (self.text.render_chat(messages).map_err(|e| ApiError::bad("messages", e))?, "messages")
+            }
         };
         if prompt.is_empty() {
             return Err(ApiError::bad(field, "the prompt has no tokens").with_code("empty_prompt"));
@@ -228,7 +233,7 @@ impl<'a> Server<'a> {
             ignore_eos: g.ignore_eos,
         };
         let fresh_state = !g.cache_prompt || g.cache_salt.is_some();
-        let answer = Answer::new(Format::new(&g, id, &self.model), prompt);
+        let answer = Answer::new(Format::new(&g, id, &self.model, self.text.clone()), prompt);
         let mut emit = Emit { answer, stream: None, out: Some(out), gone: false, streaming: g.stream };
         let result = {
             let mut fresh;

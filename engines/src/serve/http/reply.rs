@@ -5,7 +5,7 @@
 use serde_json::{json, Map, Value};
 
 use crate::engine::{Reply, StopReason, TokenEvent};
-use crate::tokenizer::{Tokenizer, EOS};
+use crate::serve::text::ServeText;
 
 use super::api::{Endpoint, Generate};
 
@@ -20,10 +20,12 @@ pub struct Format {
     pub return_tokens: bool,
     pub return_token_ids: bool,
     pub tokens_as_ids: bool,
+    /// The engine's tokenizer: the reply's text and the tokens' spelling.
+    pub text: ServeText,
 }
 
 impl Format {
-    pub fn new(g: &Generate, request: u64, model: &str) -> Self {
+    pub fn new(g: &Generate, request: u64, model: &str, text: ServeText) -> Self {
         let created =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         let prefix = match g.endpoint {
@@ -39,6 +41,7 @@ impl Format {
             return_tokens: g.return_tokens,
             return_token_ids: g.return_token_ids,
             tokens_as_ids: g.tokens_as_ids,
+            text,
         }
     }
 
@@ -60,17 +63,14 @@ impl Format {
         m
     }
 
-    /// How a token is spelled in log probabilities: its text when that is one ASCII byte or a special id
-    /// (`<|eos|>`), `<0xNN>` for a byte that is no text alone, `token_id:N` when the request asked for ids.
+    /// How a token is spelled in log probabilities: `token_id:N` when the request asked for ids, else as the
+    /// engine's tokenizer spells it (`ServeText::token_string`: the byte tokenizer's `<0xNN>` for a byte that is
+    /// no text alone, a BPE token's text).
     pub fn token_string(&self, id: u32) -> String {
         if self.tokens_as_ids {
             return format!("token_id:{id}");
         }
-        match id {
-            0..=0x7f => char::from(id as u8).to_string(),
-            0x80..=0xff => format!("<0x{id:02X}>"),
-            _ => String::from_utf8_lossy(&Tokenizer.token_bytes(id)).into_owned(),
-        }
+        self.text.token_string(id)
     }
 
     /// The log probabilities of one emitted token: chat's `content` entry, or the legacy completion arrays.
@@ -95,7 +95,7 @@ impl Format {
     }
 
     fn chat_entry(&self, t: &TokenLogprobs) -> Value {
-        let item = |id: u32, lp: f64| json!({"id": id, "token": self.token_string(id), "logprob": lp, "bytes": Tokenizer.token_bytes(id)});
+        let item = |id: u32, lp: f64| json!({"id": id, "token": self.token_string(id), "logprob": lp, "bytes": self.text.token_bytes(id)});
         let mut entry = item(t.id, t.logprob);
         entry["top_logprobs"] = Value::Array(t.top.iter().map(|&(i, lp)| item(i, lp)).collect());
         entry
@@ -116,7 +116,7 @@ impl Format {
             }
             tops.push(Value::Object(top));
             offsets.push(json!(offset));
-            offset += text_bytes(t.id).len();
+            offset += self.text.text_bytes(t.id).len();
         }
         json!({"tokens": strings, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets})
     }
@@ -135,15 +135,6 @@ pub struct TokenLogprobs {
     pub id: u32,
     pub logprob: f64,
     pub top: Vec<(u32, f64)>,
-}
-
-/// The bytes a token adds to the reply's text: eos adds none.
-fn text_bytes(id: u32) -> Vec<u8> {
-    if id == EOS {
-        Vec::new()
-    } else {
-        Tokenizer.token_bytes(id)
-    }
 }
 
 /// Text from bytes that arrive a token at a time: a character split across tokens is held back until it is
@@ -279,7 +270,8 @@ impl Answer {
 
     /// Take one emitted token; returns its chunk.
     pub fn token(&mut self, event: &TokenEvent) -> Value {
-        let piece = self.text.push(&text_bytes(event.id));
+        let bytes = self.format.text.text_bytes(event.id);
+        let piece = self.text.push(&bytes);
         self.content.push_str(&piece);
         let lp = self.format.logprob_entry(event);
         let first = self.ids.is_empty();
@@ -288,7 +280,7 @@ impl Answer {
             Some(t) => self.format.logprobs_value(std::slice::from_ref(t), self.offset),
             None => Value::Null,
         };
-        self.offset += text_bytes(event.id).len();
+        self.offset += bytes.len();
         if let Some(t) = lp {
             self.logprobs.push(t);
         }
@@ -372,6 +364,7 @@ impl Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tokenizer::EOS;
 
     #[test]
     fn utf8_stream_matches_lossy_decoding() {
@@ -402,6 +395,7 @@ mod tests {
             return_tokens: false,
             return_token_ids: false,
             tokens_as_ids: false,
+            text: ServeText::bytes(),
         };
         let all: std::collections::BTreeSet<String> = (0..264).map(|i| g.token_string(i)).collect();
         assert_eq!(all.len(), 264);
@@ -424,6 +418,7 @@ mod tests {
             return_tokens: false,
             return_token_ids: false,
             tokens_as_ids: false,
+            text: ServeText::bytes(),
         };
         let event = TokenEvent { id: 3, gap: 1.5, top: vec![(3, 2.0), (5, 0.5), (1, -1.0), (2, f32::NEG_INFINITY)] };
         let t = g.logprob_entry(&event).expect("asked");
