@@ -75,12 +75,13 @@ fn writer() -> Writer {
 /// llama.cpp's top-5 ids k, `(logit[top1] - logit[k])` here against `(logprob[top1] - logprob[k])` there.
 ///
 /// Measured on this machine (24 prompts, 363 positions: llama.cpp stopped some replies at eos): top-1 agreed at
-/// 346 (95.3%); at every one of the 17 others llama.cpp's own top-1 led its top-2 by at most 0.36 (near ties);
-/// the largest difference of logit differences over the top-5 was 0.87. They come from arithmetic, not the
-/// model: llama.cpp stores k/v in f16, quantizes activations to 8 bits for its Q4_1/Q8_0 dot products and sums
-/// in other orders, where this engine keeps f32 activations. The bounds sit with a margin above the measurement —
-/// top-1 share at least 0.93, a top-1 disagreement only where llama.cpp's lead is under 0.5, a largest difference
-/// of 1.25 — while a wrong rope, norm, GQA grouping or block layout moves all three far past them.
+/// 348 (95.9%); at every one of the 15 others llama.cpp's own top-1 led its top-2 by at most 0.19 (near ties);
+/// the largest difference of logit differences over the top-5 was 0.69. They come from arithmetic, not the
+/// model: both engines quantize activations to 8-bit blocks for the Q4_1/Q8_0 dot products, but llama.cpp stores
+/// k/v in f16 and sums in other orders. (With f32 activations against dequantized weights they were 346, 0.36
+/// and 0.87.) The bounds sit with a margin above the measurement — top-1 share at least 0.94, a top-1
+/// disagreement only where llama.cpp's lead is under 0.3, a largest difference of 1.0 — while a wrong rope, norm,
+/// GQA grouping or block layout moves all three far past them.
 #[test]
 #[ignore = "needs SmolLM2: bash ci/fetch-smollm2.sh, then KVPROOF_CACHE=<cache> cargo test -- --ignored"]
 fn agrees_with_llama_cpp() {
@@ -121,9 +122,9 @@ fn agrees_with_llama_cpp() {
         "top-1 agreement {agree}/{total} = {share:.4}; largest logit difference {max_diff:.4} ({worst}); \
          largest llama.cpp top-1 lead where top-1 differs {max_miss_gap:.4}"
     );
-    assert!(share >= 0.93, "top-1 agreement {share:.4} below 0.93");
-    assert!(max_miss_gap < 0.5, "top-1 differs where llama.cpp's top-1 leads by {max_miss_gap:.4}");
-    assert!(max_diff <= 1.25, "largest logit difference {max_diff:.4} above 1.25 at {worst}");
+    assert!(share >= 0.94, "top-1 agreement {share:.4} below 0.94");
+    assert!(max_miss_gap < 0.3, "top-1 differs where llama.cpp's top-1 leads by {max_miss_gap:.4}");
+    assert!(max_diff <= 1.0, "largest logit difference {max_diff:.4} above 1.0 at {worst}");
 }
 
 /// Served through the engine loop (prefill segments, decode, greedy sampling over the model's own vocabulary),
