@@ -421,6 +421,18 @@ impl Probe {
         }
     }
 
+    /// A STOP that crossed its request's last DATA on the wire may find the request already retired; then the
+    /// engine answers it NOT_FOUND after the DONE (docs/protocol.md), which is that STOP's answer, not a stray
+    /// frame. Wait a moment for it; anything else that arrives is flagged as usual.
+    fn late_stop_answer(&mut self, id: u64) {
+        let wait = Instant::now() + self.timeout.min(Duration::from_secs(2));
+        if let Some(g) = self.conn.next(wait) {
+            if !(g.id() == Some(id) && frame_error(&g, &ErrorCode::NotFound)) {
+                self.stray(&g);
+            }
+        }
+    }
+
     /// Send a request and read its whole answer, flagging anything else that arrives.
     fn request(&mut self, id: u64, bytes: Vec<u8>) -> Answer {
         let mut ans = self.start(id, bytes);
@@ -961,6 +973,9 @@ impl Probe {
         if ans.end.is_none() {
             self.send(&stop);
             self.read(&mut ans, false);
+            if matches!(&ans.end, Some(End::Done(_, d)) if d.length_limited == Some(true)) {
+                self.late_stop_answer(id);
+            }
         }
         self.flag_others(&ans);
         self.check_done(
