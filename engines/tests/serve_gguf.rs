@@ -32,6 +32,7 @@ fn msg(role: &str, content: &str) -> TextMessage {
 /// What one stdio turn answered: CAPS `vocab`, the echoed prompt, the DATA ids and texts, DONE's reuse count.
 struct Turn {
     vocab: Option<usize>,
+    eos: Option<u32>,
     prompt: Vec<u32>,
     ids: Vec<u32>,
     text: Vec<u8>,
@@ -46,11 +47,11 @@ fn stdio_turn(engine: &mut dyn Engine, id: u64, messages: &[TextMessage]) -> Tur
     serve(engine, Cursor::new(Command::Submit(frame).to_bytes()), &mut out, std::io::sink(), ServeOptions::default())
         .expect("serve");
     let mut reader = EngineFrameReader::new(BufReader::new(&out[..]));
-    let mut turn = Turn { vocab: None, prompt: Vec::new(), ids: Vec::new(), text: Vec::new(), reused: None };
+    let mut turn = Turn { vocab: None, eos: None, prompt: Vec::new(), ids: Vec::new(), text: Vec::new(), reused: None };
     let mut done = false;
     while let Some(frame) = reader.next_frame().expect("read") {
         match frame.expect("a well-formed frame") {
-            EngineFrame::Caps(c) => turn.vocab = c.vocab(),
+            EngineFrame::Caps(c) => (turn.vocab, turn.eos) = (c.vocab(), c.eos()),
             EngineFrame::Prompt(p) => turn.prompt = p.ids,
             EngineFrame::Data(d) => {
                 turn.ids.push(d.tid.expect("tid"));
@@ -76,6 +77,7 @@ fn stdio_chat_uses_the_models_template_and_tokenizer() {
     let mut messages = vec![msg("user", "What is the capital of France?")];
     let t1 = stdio_turn(&mut *engine, 1, &messages);
     assert_eq!(t1.vocab, Some(text.vocab()), "CAPS reports the model's vocabulary");
+    assert_eq!(t1.eos, text.eos(), "CAPS reports the model's eos, so a client knows a reply that stopped there");
     let p1 = text.render_chat(&messages).expect("render");
     assert_eq!(t1.prompt, p1, "PROMPT carries the ids the ChatML template made");
     let rendered =

@@ -102,6 +102,8 @@ pub struct ClientReply {
     pub prompt_len: usize,
     /// From sending SUBMIT to reading DONE.
     pub wall: Duration,
+    /// The id that ends a reply: CAPS `eos=`, else the bundled byte tokenizer's.
+    pub eos: u32,
 }
 
 impl ClientReply {
@@ -127,7 +129,7 @@ impl ClientReply {
         };
         let stop = if self.done.length_limited == Some(true) {
             StopReason::Length
-        } else if self.tokens.last() == Some(&EOS) {
+        } else if self.tokens.last() == Some(&self.eos) {
             StopReason::Eos
         } else {
             StopReason::Stopped
@@ -363,6 +365,7 @@ impl StdioEngine {
                 reused: None,
             },
             late_interrupt: false,
+            eos: self.caps.eos().unwrap_or(EOS),
             prompt_len,
             wall: Duration::ZERO,
         };

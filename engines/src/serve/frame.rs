@@ -500,6 +500,10 @@ impl Caps {
     pub fn vocab(&self) -> Option<usize> {
         self.number("vocab")
     }
+    /// The id that ends a reply (`eos=`), when the engine declares it.
+    pub fn eos(&self) -> Option<u32> {
+        self.get("eos").and_then(parse_count::<u32>)
+    }
     pub fn window(&self) -> Option<usize> {
         self.number("window")
     }

@@ -130,6 +130,10 @@ where
     };
     session.send(&EngineFrame::Ready);
     let mut announced = caps(&session.info);
+    // the id that ends a reply is the engine's tokenizer's, so a client can tell a reply that stopped at eos
+    if let Some(eos) = session.text.tokenizer().eos() {
+        announced.set("eos", eos);
+    }
     for (k, v) in &session.options.caps {
         announced.set(k, v);
     }

@@ -61,20 +61,15 @@ impl InProcessLauncher {
         Ok(Self::from_engine(engine, label.clone()).sharing(kv_share))
     }
 
-    /// Open the GGUF model at `path` (arch llama) with `config` (how it is served) and `fault`.
+    /// Open the GGUF model at `path` (arch llama) with `config` (how it is served) and `fault`; `label` names it
+    /// as the scenario does (`llama/gguf smollm2/...`).
     pub fn open_gguf(
         path: &std::path::Path,
         fault: Option<Fault>,
         config: &ConfigOverrides,
+        label: &str,
     ) -> Result<Self, DriverError> {
-        let mut label = format!("llama/gguf {}", path.display());
-        if !config.is_empty() {
-            label.push_str(&format!("/config {}", engine_config::describe(config)));
-        }
-        if let Some(f) = fault {
-            label.push_str(&format!("/fault {f}"));
-        }
-        label.push_str(" (in-process)");
+        let label = format!("{label} (in-process)");
         let engine = kvproof_engines::arch::llama::open_gguf(path, config, fault)
             .map_err(|e| DriverError::Start { engine: label.clone(), detail: e.to_string() })?;
         Ok(Self::from_engine(engine, label))

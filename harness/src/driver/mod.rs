@@ -209,7 +209,9 @@ pub fn launcher_for(spec: &EngineSpec, fault: Option<Option<Fault>>) -> Result<B
                 (Via::InProcess, None) => {
                     Ok(Box::new(InProcessLauncher::open_with(arch, *preset, *seed, fault, config)?))
                 }
-                (Via::InProcess, Some(path)) => Ok(Box::new(InProcessLauncher::open_gguf(&path, fault, config)?)),
+                (Via::InProcess, Some(path)) => {
+                    Ok(Box::new(InProcessLauncher::open_gguf(&path, fault, config, &label)?))
+                }
                 (Via::Stdio, model) => {
                     let command = match model {
                         Some(path) => stdio::gguf_command(&path, fault, config),

@@ -25,7 +25,7 @@ use crate::gguf::Gguf;
 
 pub const INFO: ArchInfo = ArchInfo {
     name: "llama",
-    modelled_on: "llama.cpp (GGUF)",
+    modelled_on: "llama.cpp serving a GGUF (scenario `\"gguf\": \"smollm2\"`; presets are random-init)",
     state: "full GQA k/v cache per layer (rows carry position and writer)",
     reuse_rule: "strict prefix via the record; capacity growth copies every layer and keeps the record",
     declares: DeclaredReuse::Strict,
