@@ -60,23 +60,20 @@ pub fn bundled_command(
     fault: Option<Fault>,
     config: &ConfigOverrides,
 ) -> Vec<String> {
-    let mut command: Vec<String> =
-        ["kvproof-engine", "--arch", arch, "--preset", preset.name(), "--seed"].iter().map(|s| s.to_string()).collect();
-    command.push(seed.to_string());
-    if let Some(f) = fault {
-        command.extend(["--fault".to_string(), f.name().to_string()]);
-    }
-    if !config.is_empty() {
-        command.extend(["--config".to_string(), engine_config::describe(config)]);
-    }
-    command
+    let seed = seed.to_string();
+    engine_command(&["--arch", arch, "--preset", preset.name(), "--seed", &seed], fault, config)
 }
 
 /// The `kvproof-engine` command serving the GGUF model at `path` (arch llama) with `fault` and `config`.
 pub fn gguf_command(path: &Path, fault: Option<Fault>, config: &ConfigOverrides) -> Vec<String> {
+    let path = path.display().to_string();
+    engine_command(&["--arch", "llama", "--gguf", &path], fault, config)
+}
+
+/// `kvproof-engine` with the arguments that pick its model, then the fault and config overrides.
+fn engine_command(model: &[&str], fault: Option<Fault>, config: &ConfigOverrides) -> Vec<String> {
     let mut command: Vec<String> =
-        ["kvproof-engine", "--arch", "llama", "--gguf"].iter().map(|s| s.to_string()).collect();
-    command.push(path.display().to_string());
+        std::iter::once("kvproof-engine").chain(model.iter().copied()).map(String::from).collect();
     if let Some(f) = fault {
         command.extend(["--fault".to_string(), f.name().to_string()]);
     }
