@@ -421,10 +421,10 @@ impl Probe {
         }
     }
 
-    /// A STOP that crossed its request's last DATA on the wire may find the request already retired; then the
-    /// engine answers it NOT_FOUND after the DONE (docs/protocol.md), which is that STOP's answer, not a stray
-    /// frame. Wait a moment for it; anything else that arrives is flagged as usual.
-    fn late_stop_answer(&mut self, id: u64) {
+    /// A STOP or CANCEL that crossed its request's last DATA on the wire may find the request already retired;
+    /// then the engine answers it NOT_FOUND after the DONE (docs/protocol.md), which is that frame's answer, not a
+    /// stray one. Wait a moment for it; anything else that arrives is flagged as usual.
+    fn late_interrupt_answer(&mut self, id: u64) {
         let wait = Instant::now() + self.timeout.min(Duration::from_secs(2));
         if let Some(g) = self.conn.next(wait) {
             if !(g.id() == Some(id) && frame_error(&g, &ErrorCode::NotFound)) {
@@ -974,7 +974,7 @@ impl Probe {
             self.send(&stop);
             self.read(&mut ans, false);
             if matches!(&ans.end, Some(End::Done(_, d)) if d.length_limited == Some(true)) {
-                self.late_stop_answer(id);
+                self.late_interrupt_answer(id);
             }
         }
         self.flag_others(&ans);
@@ -1072,6 +1072,9 @@ impl Probe {
         if ans.end.is_none() {
             self.send(&cancel);
             self.read(&mut ans, false);
+            if matches!(&ans.end, Some(End::Done(_, d)) if d.length_limited == Some(true)) {
+                self.late_interrupt_answer(id);
+            }
         }
         self.flag_others(&ans);
         match &ans.end {
