@@ -2,6 +2,7 @@
 //! they carry — check results, token divergences, state-diff summaries, growth and staleness outcomes, provenance
 //! references. The runner sends them to a `Sink` as they complete; checks produce them; reports read them.
 
+mod agent;
 mod check_result;
 mod divergence;
 mod growth;
@@ -13,6 +14,7 @@ mod summary;
 mod trial;
 mod turn_row;
 
+pub use agent::{AgentStep, AgentTurn, Assertion, AssertionResult, RerenderReuse, ToolCall};
 pub use check_result::{CheckName, CheckResult, Status, Verdict};
 pub use divergence::{show_piece, Divergence};
 pub use growth::{median, GrowthStats, GrowthTurn, Run, Timing};

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{CheckResult, Divergence, GrowthTurn, ProvenanceRef, StaleOutcome, StateSummary, Verdict};
+use super::{AgentTurn, CheckResult, Divergence, GrowthTurn, ProvenanceRef, StaleOutcome, StateSummary, Verdict};
 use crate::scenario::Kind;
 
 /// Milliseconds, as reports print them.
@@ -74,6 +74,9 @@ pub struct TrialRecord {
     /// semantic-staleness: fresh, stale(context) or corrupt, and the hypotheses compared.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub staleness: Option<StaleOutcome>,
+    /// agentic: the turn on the warm and cold trajectories, its tool calls, assertions and reuse accounting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<Box<AgentTurn>>,
 }
 
 impl TrialRecord {
@@ -107,6 +110,7 @@ impl TrialRecord {
             provenance: None,
             growth: None,
             staleness: None,
+            agent: None,
         }
     }
 

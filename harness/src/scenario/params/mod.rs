@@ -1,11 +1,13 @@
 //! The `params` of each scenario kind, with the range checks serde cannot express. Upper limits keep every size
 //! the cases derive from them far from integer overflow.
 
+mod agentic;
 mod boundary;
 mod growth;
 mod staleness;
 mod stress;
 
+pub use agentic::{AgentTask, AgenticParams, ToolName, TreeCheck, MAX_SESSIONS};
 pub use boundary::{BoundaryParams, CaseName};
 pub use growth::{GrowthParams, MAX_REPEATS, MAX_THREADS};
 pub use staleness::{ContextName, StalenessParams, MAX_CASES};
