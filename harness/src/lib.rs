@@ -11,6 +11,7 @@
 //! sweeps), `session` (a whole run: engines, artifacts, verdict), `conformance` (an engine process checked
 //! against the stdio protocol). The command line is the binary's `cli`.
 
+pub mod agent;
 pub mod cases;
 pub mod check;
 pub mod conformance;
