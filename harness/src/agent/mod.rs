@@ -8,4 +8,5 @@
 
 pub mod calculator;
 pub mod calls;
+pub mod sandbox;
 pub mod tools;
