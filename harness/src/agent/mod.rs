@@ -8,5 +8,6 @@
 
 pub mod calculator;
 pub mod calls;
+pub mod prompt;
 pub mod sandbox;
 pub mod tools;
