@@ -11,3 +11,4 @@ pub mod calls;
 pub mod prompt;
 pub mod sandbox;
 pub mod tools;
+pub mod trajectory;
