@@ -51,6 +51,8 @@ pub enum PromptSpec {
     /// A user message as text, for the engine to render with its own template (`text_conversation`); `system`
     /// opens the conversation when this is its first turn.
     Say { text: String, system: Option<String> },
+    /// A tool message as text (an agentic session's tool result), appended to a conversation held as text.
+    Tool { text: String },
 }
 
 /// A prompt ready to send.
@@ -190,7 +192,7 @@ impl Conversation {
                 let audio = self.audio_for(&prompt);
                 Prepared { prompt, audio }
             }
-            PromptSpec::Say { .. } => {
+            PromptSpec::Say { .. } | PromptSpec::Tool { .. } => {
                 return Err("a text turn belongs to a text conversation, not to one built from ids".into())
             }
             PromptSpec::Extend { tail } => {

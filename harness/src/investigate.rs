@@ -72,14 +72,14 @@ impl Tap for Recorder {
     }
     fn sent(&mut self, step_index: usize, sent: &Sent) {
         while self.turns.len() <= step_index {
-            let step = &self.plan.steps[self.turns.len()];
-            self.turns.push(TurnStates {
-                label: step.label.clone(),
-                compared: step.compare,
-                prompt_tokens: 0,
-                warm: None,
-                cold: None,
-            });
+            // an agentic session's later turns are built as it runs: compared turns named like its first
+            let n = self.turns.len();
+            let (label, compared) = self
+                .plan
+                .steps
+                .get(n)
+                .map_or_else(|| (format!("turn {}", n + 1), true), |s| (s.label.clone(), s.compare));
+            self.turns.push(TurnStates { label, compared, prompt_tokens: 0, warm: None, cold: None });
         }
         let t = &mut self.turns[step_index];
         let copy = sent.clone();
@@ -88,7 +88,9 @@ impl Tap for Recorder {
                 t.prompt_tokens = sent.request.prompt.len();
                 t.warm = Some(copy);
             }
-            Role::Cold => t.cold = Some(copy),
+            // the first cold request of a step is the comparison's (an agentic cold trajectory's comes after it)
+            Role::Cold if t.cold.is_none() => t.cold = Some(copy),
+            Role::Cold => {}
             Role::Control | Role::Probe => {}
         }
     }
@@ -115,20 +117,29 @@ pub fn replay(
 ) -> Result<(Vec<TurnStates>, Vec<TrialRecord>), InvestigateError> {
     let scenario = prepared.scenario;
     let (plan_index, plan) = find_plan(scenario, &prepared.plans, case)?;
-    let upto = turns.unwrap_or(plan.steps.len());
-    if upto == 0 || upto > plan.steps.len() {
+    // an agentic session has as many turns as it runs, at most its budget
+    let agentic = match &scenario.params {
+        crate::scenario::Params::Agentic(p) => Some(p),
+        _ => None,
+    };
+    let most = agentic.map_or(plan.steps.len(), |p| p.max_turns);
+    let upto = turns.unwrap_or(most);
+    if upto == 0 || upto > most {
         return Err(InvestigateError::NoTurn {
             path: scenario.path.clone(),
             scenario: scenario.name.clone(),
             case: case.into(),
-            turns: plan.steps.len(),
+            turns: most,
             asked: upto,
         });
     }
     let progress = Progress::new(0, false);
     let ctx = Paired::new(prepared, &NullSink, &progress);
     let mut recorder = Recorder { last: Some(upto - 1), turns: Vec::new(), plan: plan.clone() };
-    let records = paired::run_plan(&ctx, plan_index, plan, &mut recorder);
+    let records = match agentic {
+        Some(p) => runner::agentic::run_session(&ctx, p, plan_index, plan, &mut recorder),
+        None => paired::run_plan(&ctx, plan_index, plan, &mut recorder),
+    };
     Ok((recorder.turns, records))
 }
 

@@ -33,7 +33,12 @@ impl TextConversation {
 
     /// The transcript with the user's next message.
     pub fn prepare(&mut self, text: &str) -> Vec<TextMessage> {
-        self.messages.push(TextMessage { role: "user".into(), content: text.to_string() });
+        self.prepare_as("user", text)
+    }
+
+    /// The transcript with the next message, from `role` (`user`, or `tool` for a tool's result).
+    pub fn prepare_as(&mut self, role: &str, text: &str) -> Vec<TextMessage> {
+        self.messages.push(TextMessage { role: role.into(), content: text.to_string() });
         self.messages.clone()
     }
 

@@ -80,6 +80,11 @@ fn pr_scenarios_are_shaped_for_the_gate() {
         assert_eq!(s.assertions.confidence, 0.95, "{}", s.name);
         assert!(matches!(&s.params, Params::StressPairs(p) if p.pairs >= 299), "{}", s.name);
     }
+    // the agentic tool loop is under the gate on a bundled engine (the real model's task set is nightly)
+    assert!(
+        scenarios.iter().any(|s| s.kind == Kind::Agentic && !on_gguf(s)),
+        "no agentic scenario on a bundled engine in scenarios/pr"
+    );
     // every boundary case a file lists is planned for its engine (none skipped), and each plan compares turns;
     // the scenarios on a real model are checked by `the_real_model_boundary_matrix_is_planned_in_full`
     for s in scenarios.iter().filter(|s| s.kind == Kind::BoundaryMatrix && !on_gguf(s)) {

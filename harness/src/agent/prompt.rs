@@ -43,6 +43,7 @@ mod tests {
             files: Default::default(),
             tests: Vec::new(),
             answer: None,
+            variants: Vec::new(),
         }
     }
 

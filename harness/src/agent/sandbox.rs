@@ -260,6 +260,7 @@ mod tests {
                 TreeCheck { name: "notes".into(), file: "NOTES".into(), contains: "x".into(), absent: false },
             ],
             answer: None,
+            variants: Vec::new(),
         }
     }
 

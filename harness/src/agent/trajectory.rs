@@ -303,6 +303,7 @@ mod tests {
                 absent: false,
             }],
             answer: Some("Fixed".into()),
+            variants: Vec::new(),
         }
     }
 

@@ -85,6 +85,7 @@ pub fn plans(p: &BoundaryParams, seed: u64, info: &EngineInfo, caps: &Caps) -> (
             slot: p.slot,
             steps: steps(case, p, seed, info),
             stale: None,
+            agent: None,
         });
     }
     (plans, skipped)

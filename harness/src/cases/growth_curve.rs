@@ -24,7 +24,7 @@ pub fn plans(p: &GrowthParams, seed: u64, info: &EngineInfo) -> (Vec<Plan>, Vec<
             Step::compared(format!("turn {}", t + 1), prompt, p.max_tokens).fixed_length()
         })
         .collect();
-    let plan = Plan { name: "conversation".into(), seed, slot: p.slot, steps, stale: None };
+    let plan = Plan { name: "conversation".into(), seed, slot: p.slot, steps, stale: None, agent: None };
     let need = last_context(&plan, p.max_tokens) + p.max_tokens;
     if need > info.max_ctx {
         let reason = format!(

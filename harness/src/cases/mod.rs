@@ -3,6 +3,7 @@
 //! engine-specific ones in `grid` for chunk grids, `slots` for several slots, `continuation` for cancels, block
 //! edges and long conversations; `exact` sizes prompts); `stress_pairs` builds seeded random conversations.
 
+pub mod agentic;
 pub mod boundary_matrix;
 pub mod continuation;
 pub mod exact;
@@ -100,6 +101,8 @@ pub struct Plan {
     pub steps: Vec<Step>,
     /// semantic-staleness: the stale context this plan puts in the warm instance's way.
     pub stale: Option<StaleProbe>,
+    /// agentic: the session this plan runs (its steps after the first are built from the warm replies).
+    pub agent: Option<agentic::AgentSession>,
 }
 
 /// The stale context of a semantic-staleness plan: what kind, and the set-up step whose request and reply are
@@ -150,6 +153,7 @@ pub fn plans(scenario: &Scenario, info: &EngineInfo, caps: &Caps) -> (Vec<Plan>,
             Some(Corpus::Stale(cases)) => semantic_staleness::plans_from_text(p, scenario.seed, info, cases),
             _ => semantic_staleness::plans(p, scenario.seed, info),
         },
+        Params::Agentic(p) => (agentic::plans(p, scenario.seed), Vec::new()),
     }
 }
 

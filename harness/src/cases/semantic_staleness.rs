@@ -145,6 +145,7 @@ pub fn plan_of(c: StaleCase, p: &StalenessParams) -> Plan {
         slot: p.slot,
         steps,
         stale: Some(StaleProbe { context: c.context, step: stale_step }),
+        agent: None,
     }
 }
 
@@ -204,6 +205,7 @@ pub fn plans_from_text(
                 slot: p.slot,
                 steps,
                 stale: Some(StaleProbe { context: c, step: stale_step }),
+                agent: None,
             });
         }
     }

@@ -52,7 +52,7 @@ pub fn plans(p: &StressParams, seed: u64, info: &EngineInfo, caps: &Caps) -> Vec
                 conversation_step(t, PromptSpec::User { text: random_text(&mut rng, len), audio_frames }, p.max_tokens)
             })
             .collect();
-        plans.push(Plan { name: format!("conv-{index:04}"), seed, slot: p.slot, steps, stale: None });
+        plans.push(Plan { name: format!("conv-{index:04}"), seed, slot: p.slot, steps, stale: None, agent: None });
         left -= turns - 1;
         index += 1;
     }
@@ -103,7 +103,7 @@ pub fn plans_from_chats(p: &StressParams, seed: u64, chats: &[CorpusChat]) -> Ve
                 conversation_step(t, PromptSpec::Say { text: text.to_string(), system: system.clone() }, p.max_tokens)
             })
             .collect();
-        plans.push(Plan { name, seed, slot: p.slot, steps, stale: None });
+        plans.push(Plan { name, seed, slot: p.slot, steps, stale: None, agent: None });
         left -= turns - 1;
         index += 1;
     }

@@ -8,6 +8,7 @@
 //! curve's slopes, ratios and speedup against its assertions. `staleness`: a warm reply classified fresh,
 //! stale(X) or corrupt, and the counts per stale context. `scenario`: a scenario's verdict from its trials.
 
+pub mod agentic;
 pub mod growth;
 pub mod memory;
 pub mod reuse;

@@ -101,6 +101,7 @@ fn summarize_scenario(entry: &ScenarioEntry, trials: &[&TrialRecord]) -> Scenari
     reasons.extend(growth_reasons);
     let staleness =
         (entry.kind == crate::scenario::Kind::SemanticStaleness).then(|| super::staleness::stats(trials, confidence));
+    let agentic = (entry.kind == crate::scenario::Kind::Agentic).then(|| super::agentic::stats(trials, confidence));
     ScenarioSummary {
         name: entry.name.clone(),
         kind: entry.kind.name().to_string(),
@@ -124,6 +125,7 @@ fn summarize_scenario(entry: &ScenarioEntry, trials: &[&TrialRecord]) -> Scenari
         caught_by,
         growth,
         staleness,
+        agentic,
     }
 }
 

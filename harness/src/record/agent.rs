@@ -119,6 +119,9 @@ pub struct AgentTurn {
     /// The cold trajectory's prompt tokens and wall time on this turn, once it runs apart from the warm session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cold_prompt_tokens: Option<usize>,
+    /// Why the session ended after this turn (None: it went on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<String>,
     /// On the session's last warm turn: the cold trajectory's turns past the warm session's end.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cold_tail: Vec<AgentStep>,

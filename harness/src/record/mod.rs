@@ -3,6 +3,7 @@
 //! references. The runner sends them to a `Sink` as they complete; checks produce them; reports read them.
 
 mod agent;
+mod agentic_stats;
 mod check_result;
 mod divergence;
 mod growth;
@@ -15,6 +16,7 @@ mod trial;
 mod turn_row;
 
 pub use agent::{AgentStep, AgentTurn, Assertion, AssertionResult, RerenderReuse, ToolCall};
+pub use agentic_stats::{AgenticStats, AssertionRate, TaskStats, TrajectoryStats};
 pub use check_result::{CheckName, CheckResult, Status, Verdict};
 pub use divergence::{show_piece, Divergence};
 pub use growth::{median, GrowthStats, GrowthTurn, Run, Timing};

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::{CheckName, GrowthStats, StalenessStats};
+use super::{AgenticStats, CheckName, GrowthStats, StalenessStats};
 use crate::stats::Bound;
 
 /// Pass / fail / skipped counts of one check.
@@ -94,6 +94,9 @@ pub struct ScenarioSummary {
     /// semantic-staleness: fresh / stale / corrupt counts per context, with bounds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub staleness: Option<StalenessStats>,
+    /// agentic: per task, turns, tool calls, assertion rates warm and cold with bounds, and reuse accounting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agentic: Option<AgenticStats>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

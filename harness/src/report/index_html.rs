@@ -160,6 +160,41 @@ fn staleness_rows(summary: &Summary) -> Vec<Value> {
     rows
 }
 
+fn agentic_rows(summary: &Summary) -> Vec<Value> {
+    let mut rows = Vec::new();
+    for (s, st) in summary.scenarios.iter().filter_map(|s| s.agentic.as_ref().map(|g| (s, g))) {
+        for t in st.tasks.iter().chain(std::iter::once(&st.total)) {
+            let rates: Vec<Value> = t
+                .warm
+                .assertions
+                .iter()
+                .zip(&t.cold.assertions)
+                .map(|(w, c)| {
+                    context! {
+                        name => w.assertion.name(),
+                        warm => super::agentic::rate_cell(w),
+                        cold => super::agentic::rate_cell(c),
+                        differ => w.held * c.applied.max(1) != c.held * w.applied.max(1),
+                    }
+                })
+                .collect();
+            rows.push(context! {
+                scenario => s.name.as_str(),
+                task => t.task.as_str(),
+                sessions => t.sessions,
+                parted => t.parted,
+                turns => format!("{} / {}", t.warm.turns, t.cold.turns),
+                calls => format!("{} / {}", t.warm.tool_calls, t.cold.tool_calls),
+                solved => format!("{} / {}", t.warm.solved, t.cold.solved),
+                reuse_share => format!("{:.1}", 100.0 * t.reuse_share()),
+                lost => format!("{} of {} ({} turns)", t.lost, t.token_exact, t.turns_losing),
+                rates,
+            });
+        }
+    }
+    rows
+}
+
 /// Every plot with its SVG read and checked by [`inline_svg`]: the one value the template writes unescaped.
 fn figures(dir: &Path, plots: &[Plot]) -> Result<Vec<Value>, ReportError> {
     plots
@@ -232,6 +267,8 @@ fn artifacts(dir: &Path) -> Vec<Value> {
         (super::TURNS, "one CSV row per request"),
         (super::growth::GROWTH_CSV, "growth curves, one row per turn"),
         (super::staleness::STALENESS_CSV, "semantic staleness, one row per case"),
+        (super::agentic::AGENTIC_CSV, "agentic sessions, one row per warm turn"),
+        (super::agentic::SESSIONS_MD, "agentic sessions, each transcript with its tool calls and assertions"),
     ];
     described
         .into_iter()
@@ -286,6 +323,7 @@ pub fn render(
         reasons => reasons(summary),
         growth => growth_rows(summary),
         staleness => staleness_rows(summary),
+        agentic => agentic_rows(summary),
         plots => figures(dir, plots)?,
         failing_total => failing.len(),
         failing => failing.iter().take(SHOWN_FAILURES).map(|t| failure(t)).collect::<Vec<_>>(),

@@ -3,6 +3,7 @@
 //! streamed from the records by `RunWriter`; then `summary.md`, `junit.xml`, the CSVs, plots and `index.html`,
 //! derived from the records alone (`kvproof report DIR` rebuilds them, never by rerunning engines).
 
+pub mod agentic;
 pub mod growth;
 pub mod index_html;
 pub mod junit;
@@ -172,9 +173,11 @@ pub fn write_summaries(dir: &Path, manifest: &Manifest, trials: &mut [TrialRecor
     let s = crate::check::scenario::summarize(manifest, trials);
     write_atomic(&dir.join(SUMMARY), summary::render(&s, trials).as_bytes())?;
     write_atomic(&dir.join(JUNIT), junit::render(&s, trials).as_bytes())?;
-    // growth.csv, staleness.csv, plots/ and index.html: also derived from the artifacts alone.
+    // growth.csv, staleness.csv, agentic.csv and agentic-sessions.md, plots/ and index.html: also derived from the artifacts alone.
     growth::write_csv(dir, trials)?;
     staleness::write_csv(dir, trials)?;
+    agentic::write_csv(dir, trials)?;
+    agentic::write_sessions(dir, trials)?;
     let drawn = plots::draw_run(dir, &s, trials)?;
     index_html::write(dir, manifest, &s, trials, &drawn)?;
     Ok(s)

@@ -26,7 +26,7 @@ const MAX_HEATMAPS: usize = 24;
 /// One drawn plot; paths are relative to the run folder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plot {
-    /// "growth", "reuse", "bounds", "staleness" or "heatmap".
+    /// "growth", "reuse", "bounds", "staleness", "agentic" or "heatmap".
     pub group: &'static str,
     pub title: String,
     pub svg: String,
@@ -189,6 +189,60 @@ pub fn draw_run(dir: &Path, summary: &Summary, trials: &[TrialRecord]) -> Result
         let name = format!("staleness-{}", stem(&s.name));
         bounds::draw(&bars, &title, "stale context (stale or corrupt replies/cases)", &out.join(&name))?;
         plots.push(Plot { group: "staleness", title, svg: rel(&name, "svg"), png: Some(rel(&name, "png")) });
+    }
+
+    for s in &summary.scenarios {
+        let Some(st) = &s.agentic else { continue };
+        let mine: Vec<&TrialRecord> = by_scenario.get(s.name.as_str()).into_iter().flatten().copied().collect();
+        let by_turn = super::agentic::wall_by_turn(&mine);
+        if !by_turn.is_empty() {
+            let wall = LineChart {
+                title: format!("{}: per-turn wall time vs context (median over sessions, by turn)", s.name),
+                x_label: "context length at the turn (prompt tokens, mean over sessions)".into(),
+                y_label: "wall time of the turn (ms)".into(),
+                series: vec![
+                    Series {
+                        name: "warm: the session, reusing its state".into(),
+                        points: by_turn.iter().map(|&(_, x, w, _)| (x, w)).collect(),
+                    },
+                    Series {
+                        name: "cold: the whole transcript, fresh".into(),
+                        points: by_turn.iter().map(|&(_, x, _, c)| (x, c)).collect(),
+                    },
+                ],
+                y_from_zero: true,
+                x_integer: false,
+            };
+            plots.push(line(dir, "agentic", &format!("agentic-wall-{}", stem(&s.name)), &wall)?);
+        }
+        let bars: Vec<BoundBar> = [("warm", &st.total.warm), ("cold", &st.total.cold)]
+            .into_iter()
+            .flat_map(|(who, t)| {
+                t.assertions.iter().filter(|r| r.applied > 0).filter_map(move |r| {
+                    let broken = (r.applied - r.held) as u64;
+                    let upper = crate::stats::one_sided(broken, r.applied as u64, st.confidence).ok()?.upper;
+                    Some(BoundBar {
+                        label: format!("{who}: {}", r.assertion),
+                        failures: broken,
+                        trials: r.applied as u64,
+                        upper,
+                        limit: None,
+                        split: None,
+                    })
+                })
+            })
+            .collect();
+        if bars.is_empty() {
+            continue;
+        }
+        let title = format!(
+            "{}: per-turn assertions broken, warm beside cold ({:.0}% upper bound)",
+            s.name,
+            st.confidence * 100.0
+        );
+        let name = format!("agentic-assertions-{}", stem(&s.name));
+        bounds::draw(&bars, &title, "assertion (broken/applied)", &out.join(&name))?;
+        plots.push(Plot { group: "agentic", title, svg: rel(&name, "svg"), png: Some(rel(&name, "png")) });
     }
 
     for (i, (case, rdir)) in trials

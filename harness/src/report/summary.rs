@@ -75,6 +75,9 @@ pub fn render(summary: &Summary, trials: &[TrialRecord]) -> String {
     let stale: Vec<_> =
         summary.scenarios.iter().filter_map(|s| s.staleness.as_ref().map(|g| (s.name.as_str(), g))).collect();
     md.push_str(&super::staleness::markdown(&stale));
+    let agentic: Vec<_> =
+        summary.scenarios.iter().filter_map(|s| s.agentic.as_ref().map(|g| (s.name.as_str(), g))).collect();
+    md.push_str(&super::agentic::markdown(&agentic, trials));
 
     md.push_str(
         "\n## Checks\n\nPer check, on how many trials it ran (passed or failed) and was skipped; a required check \

@@ -4,6 +4,7 @@
 //! `paired` (boundary matrices, stress pairs, semantic staleness — with `staleness`'s extra probes) and `growth`
 //! (growth-curve passes). `kvproof investigate` and `kvproof dump` replay plans through `paired::run_plan`.
 
+pub mod agentic;
 pub mod growth;
 pub mod instances;
 pub mod paired;
@@ -47,6 +48,7 @@ pub fn prepare<'a>(
 pub fn run(p: &Prepared<'_>, sink: &dyn Sink, progress: &Progress) -> Vec<TrialRecord> {
     match p.scenario.kind {
         Kind::GrowthCurve => growth::run(p, sink, progress),
+        Kind::Agentic => agentic::run(p, sink, progress),
         Kind::BoundaryMatrix | Kind::StressPairs | Kind::SemanticStaleness => paired::run(p, sink, progress),
     }
 }

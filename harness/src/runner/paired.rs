@@ -10,7 +10,7 @@
 use rayon::prelude::*;
 
 use super::instances::{Instances, Role, Sent};
-use super::plan_state::PlanState;
+use super::plan_state::{PlanState, PreparedTurn};
 use super::staleness;
 use super::Prepared;
 use crate::cases::{Plan, Step};
@@ -82,13 +82,13 @@ impl Paired<'_> {
         TrialRecord::new(&self.scenario.name, self.scenario.kind, &plan.name, plan_index, &step.label, step_index)
     }
 
-    fn emit(&self, record: TrialRecord, out: &mut Vec<TrialRecord>) {
+    pub(super) fn emit(&self, record: TrialRecord, out: &mut Vec<TrialRecord>) {
         self.sink.trial(&record);
         out.push(record);
     }
 
     /// Error trials for every compared step from `from` on: the plan cannot go further.
-    fn abandon(
+    pub(super) fn abandon(
         &self,
         (plan, plan_index): (&Plan, usize),
         from: usize,
@@ -116,7 +116,6 @@ fn ms(d: std::time::Duration) -> f64 {
 pub fn run_plan(ctx: &Paired<'_>, plan_index: usize, plan: &Plan, tap: &mut dyn Tap) -> Vec<TrialRecord> {
     let mut out = Vec::new();
     let at = (plan, plan_index);
-    let assertions = &ctx.scenario.assertions;
     let mut inst = Instances::new(ctx.launcher, ctx.sink, &ctx.scenario.name, &plan.name, plan_index);
     if let Err(e) = inst.launch_warm() {
         ctx.abandon(at, 0, &format!("warm instance: {e}"), e.stderr_tail(), &mut out);
@@ -160,122 +159,18 @@ pub fn run_plan(ctx: &Paired<'_>, plan_index: usize, plan: &Plan, tap: &mut dyn 
             continue;
         }
 
-        let dumps = ctx.caps.dumps && assertions.state;
-        let warm_first = (plan_index + si) & 1 == 0;
-        let (warm, cold) = if warm_first {
-            let w = inst.send(Role::Warm, si, 0, &step.label, &turn, dumps);
-            (w, inst.send(Role::Cold, si, 0, &step.label, &turn, dumps))
-        } else {
-            let c = inst.send(Role::Cold, si, 0, &step.label, &turn, dumps);
-            (inst.send(Role::Warm, si, 0, &step.label, &turn, dumps), c)
-        };
-        let control = assertions.control.then(|| inst.send(Role::Control, si, 0, &step.label, &turn, false));
-        for s in std::iter::once(&warm).chain(Some(&cold)).chain(control.as_ref()) {
-            tap.sent(si, s);
-        }
-        let (expected, must_reuse) = if warm.prompt_known {
-            (ps.expected(&warm.request).ok_or_else(|| ctx.no_rule.clone()), ps.must_reuse(&warm.request))
-        } else {
-            let why = "the engine reported no prompt ids for the text it rendered: no exact reuse count to expect";
-            (Err(why.to_string()), prepared.text_extends)
-        };
-
-        let mut record = ctx.base_record(plan, plan_index, step, si);
-        record.prefix_note = warm.prompt_known.then(|| ps.observe_prompt(&prepared, &warm.request.prompt)).flatten();
-        record.warm_first = warm_first;
-        record.prompt_tokens = match &warm.result {
-            _ if warm.prompt_known => warm.request.prompt.len(),
-            // a text turn without prompt ids: the length the engine reported (its usage count)
-            Ok(g) => g.prompt_tokens,
-            Err(_) => turn.prompt.len(),
-        };
-        record.expected_reuse = expected.as_ref().ok().copied();
-        record.timings = TrialTimings {
-            warm_ms: warm.wall().map(ms),
-            cold_ms: cold.wall().map(ms),
-            control_ms: control.as_ref().and_then(Sent::wall).map(ms),
-        };
-        if let Ok(g) = &warm.result {
-            record.reused = g.reused;
-            record.warm_reply = g.tokens.clone();
-        }
-        if let Ok(g) = &cold.result {
-            record.cold_reply = g.tokens.clone();
-        }
-        record.keep_reply_detail(warm.result.as_ref().ok(), cold.result.as_ref().ok());
-
-        let fatal = [Some(&warm), Some(&cold), control.as_ref()].into_iter().flatten().find_map(Sent::fatal);
-        if let Some((why, tail)) = fatal {
-            record.verdict = Verdict::Error;
-            record.error = Some(why);
-            record.stderr_tail = tail;
-        } else {
-            let no_dumps = if !ctx.caps.dumps {
-                Some("the engine offers no state dumps".to_string())
-            } else if !assertions.state {
-                Some("disabled by the scenario (assert.state)".to_string())
-            } else {
-                None
-            };
-            let cx = TurnContext {
-                request: &warm.request,
-                expect_refusal: step.expect_refusal,
-                expected: expected.clone(),
-                must_reuse,
-                rule: ctx.rule,
-                no_dumps,
-                reuse_count: ctx.caps.reuse_count,
-            };
-            let mut assessed =
-                turn::assess(&cx, warm.observed(), cold.observed(), control.as_ref().map(Sent::observed));
-            assessed.checks.push(ps.memory_check(step, warm.observed().footprint(), cold.observed().footprint()));
-            if let Some(probe) = plan.stale {
-                let stale_turn = warm_turns.get(probe.step).cloned().flatten();
-                match staleness::classify_turn(&mut inst, si, probe, stale_turn, &warm, &cold, control.as_ref()) {
-                    Ok(Some((outcome, tokens_check))) => {
-                        if let Some(c) = assessed.checks.iter_mut().find(|c| c.check == tokens_check.check) {
-                            *c = tokens_check;
-                        }
-                        record.staleness = Some(outcome);
-                    }
-                    Ok(None) => {}
-                    Err((why, tail)) => {
-                        record.error = Some(why);
-                        record.stderr_tail = tail;
-                    }
-                }
-            }
-            record.verdict = if record.error.is_some() { Verdict::Error } else { check::verdict(&assessed.checks) };
-            if let (Verdict::Fail, Some(Ok(w)), Some(Ok(c)), Some(Ok(d))) =
-                (record.verdict, &warm.dump, &cold.dump, &assessed.diff)
-            {
-                let case = case_dir(&[&ctx.scenario.name, &record.plan, &record.step]);
-                record.provenance = ctx.sink.provenance(&case, w, c, d);
-            }
-            record.state = assessed.diff.as_ref().and_then(|d| d.as_ref().ok()).map(StateSummary::of);
-            record.checks = assessed.checks;
-            record.refused = assessed.refused;
-            record.divergence = assessed.divergence;
-        }
-
-        // The warm slot now holds what this turn fed, or nothing usable.
-        let warm_lost = warm.instance_lost();
-        match &warm.result {
-            _ if warm_lost => ps.reset(),
-            Ok(g) => ps.after(&warm.request, Outcome::Completed { reply: &g.tokens }),
-            Err(e) => ps.after(&warm.request, Outcome::Failed { code: &e.code() }),
-        }
-        let (reply, fed) = match (&warm.result, &cold.result) {
-            (Ok(g), _) => (Some(g), warm.prompt_known.then_some(warm.request.prompt.as_slice())),
-            (Err(_), Ok(g)) => (Some(g), cold.prompt_known.then_some(cold.request.prompt.as_slice())),
-            _ => (None, None),
-        };
-        warm_turns.push(warm.result.as_ref().ok().map(|g| (warm.request.prompt.clone(), g.tokens.clone())));
-        ps.finish(prepared, reply, fed);
-        ctx.emit(record, &mut out);
+        let stale = plan.stale.map(|probe| (probe, warm_turns.get(probe.step).cloned().flatten()));
+        let compared =
+            run_compared(ctx, &mut inst, &mut ps, at, si, step, &prepared, tap, |inst, warm, cold, control| {
+                let (probe, stale_turn) = stale?;
+                Some(staleness::classify_turn(inst, si, probe, stale_turn, warm, cold, control))
+            });
+        warm_turns
+            .push(compared.warm.result.as_ref().ok().map(|g| (compared.warm.request.prompt.clone(), g.tokens.clone())));
+        let lost = settle(&mut ps, prepared, &compared);
+        ctx.emit(compared.record, &mut out);
         ctx.progress.inc(1);
-
-        if warm_lost {
+        if lost {
             if let Err(e) = inst.launch_warm() {
                 let why = format!("warm instance could not be replaced: {e}");
                 ctx.abandon(at, si + 1, &why, e.stderr_tail(), &mut out);
@@ -284,4 +179,150 @@ pub fn run_plan(ctx: &Paired<'_>, plan_index: usize, plan: &Plan, tap: &mut dyn 
         }
     }
     out
+}
+
+/// What the staleness probe (or any per-turn extra) found: the outcome and the token check replacing the plain
+/// one, or why the extra requests could not run.
+pub type Extra = Result<Option<(crate::record::StaleOutcome, crate::record::CheckResult)>, staleness::Failure>;
+
+/// A compared turn as run: warm, cold and the control, and the trial record with every check (not yet emitted).
+pub struct Compared {
+    pub record: TrialRecord,
+    pub warm: Sent,
+    pub cold: Sent,
+    pub control: Option<Sent>,
+}
+
+/// Run compared step `si` of `plan` (its request `prepared`) on the warm instance, a cold one and the control, and
+/// check it. `extra` runs after the checks with the three requests (semantic staleness classifies the warm reply
+/// there); `None` when it has nothing to add.
+#[allow(clippy::too_many_arguments)]
+pub fn run_compared(
+    ctx: &Paired<'_>,
+    inst: &mut Instances<'_>,
+    ps: &mut PlanState,
+    (plan, plan_index): (&Plan, usize),
+    si: usize,
+    step: &Step,
+    prepared: &PreparedTurn,
+    tap: &mut dyn Tap,
+    extra: impl FnOnce(&mut Instances<'_>, &Sent, &Sent, Option<&Sent>) -> Option<Extra>,
+) -> Compared {
+    let assertions = &ctx.scenario.assertions;
+    let turn = prepared.turn.clone();
+    let dumps = ctx.caps.dumps && assertions.state;
+    let warm_first = (plan_index + si) & 1 == 0;
+    let (warm, cold) = if warm_first {
+        let w = inst.send(Role::Warm, si, 0, &step.label, &turn, dumps);
+        (w, inst.send(Role::Cold, si, 0, &step.label, &turn, dumps))
+    } else {
+        let c = inst.send(Role::Cold, si, 0, &step.label, &turn, dumps);
+        (inst.send(Role::Warm, si, 0, &step.label, &turn, dumps), c)
+    };
+    let control = assertions.control.then(|| inst.send(Role::Control, si, 0, &step.label, &turn, false));
+    for s in std::iter::once(&warm).chain(Some(&cold)).chain(control.as_ref()) {
+        tap.sent(si, s);
+    }
+    let (expected, must_reuse) = if warm.prompt_known {
+        (ps.expected(&warm.request).ok_or_else(|| ctx.no_rule.clone()), ps.must_reuse(&warm.request))
+    } else {
+        let why = "the engine reported no prompt ids for the text it rendered: no exact reuse count to expect";
+        (Err(why.to_string()), prepared.text_extends)
+    };
+
+    let mut record = ctx.base_record(plan, plan_index, step, si);
+    record.prefix_note = warm.prompt_known.then(|| ps.observe_prompt(prepared, &warm.request.prompt)).flatten();
+    record.warm_first = warm_first;
+    record.prompt_tokens = match &warm.result {
+        _ if warm.prompt_known => warm.request.prompt.len(),
+        // a text turn without prompt ids: the length the engine reported (its usage count)
+        Ok(g) => g.prompt_tokens,
+        Err(_) => turn.prompt.len(),
+    };
+    record.expected_reuse = expected.as_ref().ok().copied();
+    record.timings = TrialTimings {
+        warm_ms: warm.wall().map(ms),
+        cold_ms: cold.wall().map(ms),
+        control_ms: control.as_ref().and_then(Sent::wall).map(ms),
+    };
+    if let Ok(g) = &warm.result {
+        record.reused = g.reused;
+        record.warm_reply = g.tokens.clone();
+    }
+    if let Ok(g) = &cold.result {
+        record.cold_reply = g.tokens.clone();
+    }
+    record.keep_reply_detail(warm.result.as_ref().ok(), cold.result.as_ref().ok());
+
+    let fatal = [Some(&warm), Some(&cold), control.as_ref()].into_iter().flatten().find_map(Sent::fatal);
+    if let Some((why, tail)) = fatal {
+        record.verdict = Verdict::Error;
+        record.error = Some(why);
+        record.stderr_tail = tail;
+    } else {
+        let no_dumps = if !ctx.caps.dumps {
+            Some("the engine offers no state dumps".to_string())
+        } else if !assertions.state {
+            Some("disabled by the scenario (assert.state)".to_string())
+        } else {
+            None
+        };
+        let cx = TurnContext {
+            request: &warm.request,
+            expect_refusal: step.expect_refusal,
+            expected: expected.clone(),
+            must_reuse,
+            rule: ctx.rule,
+            no_dumps,
+            reuse_count: ctx.caps.reuse_count,
+        };
+        let mut assessed = turn::assess(&cx, warm.observed(), cold.observed(), control.as_ref().map(Sent::observed));
+        assessed.checks.push(ps.memory_check(step, warm.observed().footprint(), cold.observed().footprint()));
+        match extra(inst, &warm, &cold, control.as_ref()) {
+            Some(Ok(Some((outcome, tokens_check)))) => {
+                if let Some(c) = assessed.checks.iter_mut().find(|c| c.check == tokens_check.check) {
+                    *c = tokens_check;
+                }
+                record.staleness = Some(outcome);
+            }
+            Some(Ok(None)) | None => {}
+            Some(Err((why, tail))) => {
+                record.error = Some(why);
+                record.stderr_tail = tail;
+            }
+        }
+        record.verdict = if record.error.is_some() { Verdict::Error } else { check::verdict(&assessed.checks) };
+        if let (Verdict::Fail, Some(Ok(w)), Some(Ok(c)), Some(Ok(d))) =
+            (record.verdict, &warm.dump, &cold.dump, &assessed.diff)
+        {
+            let case = case_dir(&[&ctx.scenario.name, &record.plan, &record.step]);
+            record.provenance = ctx.sink.provenance(&case, w, c, d);
+        }
+        record.state = assessed.diff.as_ref().and_then(|d| d.as_ref().ok()).map(StateSummary::of);
+        record.checks = assessed.checks;
+        record.refused = assessed.refused;
+        record.divergence = assessed.divergence;
+    }
+
+    Compared { record, warm, cold, control }
+}
+
+/// After a compared turn: the plan state learns what the warm slot now holds and the thread's transcript goes on
+/// (with the warm reply, or the cold one when the warm request failed). True when the warm instance is lost and
+/// must be replaced.
+pub fn settle(ps: &mut PlanState, prepared: PreparedTurn, c: &Compared) -> bool {
+    let (warm, cold) = (&c.warm, &c.cold);
+    let warm_lost = warm.instance_lost();
+    match &warm.result {
+        _ if warm_lost => ps.reset(),
+        Ok(g) => ps.after(&warm.request, Outcome::Completed { reply: &g.tokens }),
+        Err(e) => ps.after(&warm.request, Outcome::Failed { code: &e.code() }),
+    }
+    let (reply, fed) = match (&warm.result, &cold.result) {
+        (Ok(g), _) => (Some(g), warm.prompt_known.then_some(warm.request.prompt.as_slice())),
+        (Err(_), Ok(g)) => (Some(g), cold.prompt_known.then_some(cold.request.prompt.as_slice())),
+        _ => (None, None),
+    };
+    ps.finish(prepared, reply, fed);
+    warm_lost
 }

@@ -101,6 +101,10 @@ impl PlanState {
                 let turn = TurnRequest { chat: Some(c.prepare(text)), ..base };
                 Ok(PreparedTurn { turn, thread: step.thread, label, ids: None, text_extends: continues })
             }
+            (Thread::Text(c), PromptSpec::Tool { text }) => {
+                let turn = TurnRequest { chat: Some(c.prepare_as("tool", text)), ..base };
+                Ok(PreparedTurn { turn, thread: step.thread, label, ids: None, text_extends: continues })
+            }
             (Thread::Text(_), _) => Err(format!("{}: an id edit on a conversation held as text", step.label)),
             (Thread::Ids(c), spec) => {
                 let (prepared, pending) = c.prepare(spec)?;
@@ -196,7 +200,7 @@ impl PlanState {
 
 /// A reply as the text a chat client puts back into the transcript: its tokens' text, without the end-of-turn
 /// token a reply that stopped at eos ends with (servers strip it too).
-fn reply_text(g: &Generation) -> String {
+pub fn reply_text(g: &Generation) -> String {
     let Some(pieces) = &g.pieces else { return String::new() };
     let n = if g.stop == StopReason::Eos { pieces.len().saturating_sub(1) } else { pieces.len() };
     let bytes: Vec<u8> = pieces[..n].iter().flatten().copied().collect();

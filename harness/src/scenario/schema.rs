@@ -10,7 +10,7 @@ use kvproof_engines::config::Preset;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde_json::{Map, Value};
 
-use super::params::{BoundaryParams, GrowthParams, StalenessParams, StressParams};
+use super::params::{AgenticParams, BoundaryParams, GrowthParams, StalenessParams, StressParams};
 use super::types::{Assertions, EngineSpec, Kind, Scenario};
 
 /// Where the schema says it lives; editors resolve scenario files' `"$schema": "../schema.json"` by path.
@@ -40,6 +40,7 @@ fn params_schema(kind: Kind, generator: &mut SchemaGenerator) -> Schema {
         Kind::StressPairs => generator.subschema_for::<StressParams>(),
         Kind::GrowthCurve => generator.subschema_for::<GrowthParams>(),
         Kind::SemanticStaleness => generator.subschema_for::<StalenessParams>(),
+        Kind::Agentic => generator.subschema_for::<AgenticParams>(),
     }
 }
 

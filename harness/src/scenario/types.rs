@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::engine_config::ConfigOverrides;
 use super::http_engine::{self, HttpEngine, RawHttp};
-use super::params::{BoundaryParams, GrowthParams, StalenessParams, StressParams};
+use super::params::{AgenticParams, BoundaryParams, GrowthParams, StalenessParams, StressParams};
 use super::DeclaredRule;
 
 /// One scenario file.
@@ -47,6 +47,7 @@ pub enum Kind {
     StressPairs,
     GrowthCurve,
     SemanticStaleness,
+    Agentic,
 }
 
 impl Kind {
@@ -59,6 +60,7 @@ impl Kind {
             Kind::StressPairs => "seeded random conversations; every turn warm vs cold; failure rate bounded",
             Kind::GrowthCurve => "a growing conversation; per-turn wall time warm vs cold, slopes, speedup vs ideal",
             Kind::SemanticStaleness => "warm replies classified fresh, stale(context) or corrupt, with bounds",
+            Kind::Agentic => "tool-use sessions in a sandbox; every turn warm vs cold; per-turn assertions, bounds",
         }
     }
 }
@@ -71,16 +73,20 @@ pub enum Params {
     StressPairs(StressParams),
     GrowthCurve(GrowthParams),
     SemanticStaleness(StalenessParams),
+    Agentic(AgenticParams),
 }
 
 impl Params {
-    fn default_for(kind: Kind) -> Params {
-        match kind {
+    /// The params a scenario that gives none runs with (`None`: the kind has no defaults, as agentic needs its
+    /// tasks).
+    fn default_for(kind: Kind) -> Option<Params> {
+        Some(match kind {
             Kind::BoundaryMatrix => Params::BoundaryMatrix(BoundaryParams::default()),
             Kind::StressPairs => Params::StressPairs(StressParams::default()),
             Kind::GrowthCurve => Params::GrowthCurve(GrowthParams::default()),
             Kind::SemanticStaleness => Params::SemanticStaleness(StalenessParams::default()),
-        }
+            Kind::Agentic => return None,
+        })
     }
 }
 
@@ -592,6 +598,7 @@ impl<'de> Visitor<'de> for ScenarioVisitor {
                         Kind::StressPairs => Params::StressPairs(map.next_value()?),
                         Kind::GrowthCurve => Params::GrowthCurve(map.next_value()?),
                         Kind::SemanticStaleness => Params::SemanticStaleness(map.next_value()?),
+                        Kind::Agentic => Params::Agentic(map.next_value()?),
                     };
                     once(&mut params, "params", p)?;
                 }
@@ -605,7 +612,10 @@ impl<'de> Visitor<'de> for ScenarioVisitor {
         }
         let engine = engine.ok_or_else(|| de::Error::missing_field("engine"))?;
         let kind = kind.ok_or_else(|| de::Error::missing_field("kind"))?;
-        let params = params.unwrap_or_else(|| Params::default_for(kind));
+        let params = match params.or_else(|| Params::default_for(kind)) {
+            Some(p) => p,
+            None => return Err(de::Error::custom(format!("kind {} needs `params` (its `tasks`)", kind.name()))),
+        };
         let assertions = assertions.unwrap_or_default();
         validate(&params, &assertions).map_err(de::Error::custom)?;
         Ok(Scenario {
@@ -642,6 +652,7 @@ fn validate(params: &Params, a: &Assertions) -> Result<(), String> {
         Params::StressPairs(p) => p.validate()?,
         Params::GrowthCurve(p) => p.validate()?,
         Params::SemanticStaleness(p) => p.validate()?,
+        Params::Agentic(p) => p.validate()?,
     }
     validate_growth_assertions(params, a)
 }

@@ -74,6 +74,42 @@ pub struct AgentTask {
     /// The answer `finish` must carry for the task to count as solved (compared after trimming, case-insensitive).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<String>,
+    /// Variants of the task, each a map from placeholder name to text: `{name}` in the system prompt, request,
+    /// file paths and texts, checks and answer becomes that text. Greedy decoding repeats a session exactly, so
+    /// sessions of one task differ only through these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub variants: Vec<BTreeMap<String, String>>,
+}
+
+impl AgentTask {
+    /// The task with variant `k` (mod the number of variants) filled in; the task itself when it has none.
+    pub fn variant(&self, k: usize) -> AgentTask {
+        let Some(vars) = (!self.variants.is_empty()).then(|| &self.variants[k % self.variants.len()]) else {
+            return self.clone();
+        };
+        let fill = |text: &str| {
+            vars.iter().fold(text.to_string(), |t, (name, value)| t.replace(&format!("{{{name}}}"), value))
+        };
+        AgentTask {
+            name: self.name.clone(),
+            system: fill(&self.system),
+            request: fill(&self.request),
+            tools: self.tools.clone(),
+            files: self.files.iter().map(|(p, t)| (fill(p), fill(t))).collect(),
+            tests: self
+                .tests
+                .iter()
+                .map(|c| TreeCheck {
+                    name: c.name.clone(),
+                    file: fill(&c.file),
+                    contains: fill(&c.contains),
+                    absent: c.absent,
+                })
+                .collect(),
+            answer: self.answer.as_deref().map(fill),
+            variants: Vec::new(),
+        }
+    }
 }
 
 /// `kind: agentic`.
@@ -143,6 +179,11 @@ impl AgenticParams {
                     return Err(format!("{at}.files: `{path}` is not a relative path of non-empty components"));
                 }
             }
+            for (k, v) in t.variants.iter().enumerate() {
+                if v.keys().any(|name| name.is_empty() || name.contains(['{', '}'])) {
+                    return Err(format!("{at}.variants[{k}]: placeholder names must be non-empty, without braces"));
+                }
+            }
             if !t.tests.is_empty() && !t.tools.contains(&ToolName::RunTests) {
                 return Err(format!("{at}.tests: the task has checks but does not offer run_tests"));
             }
@@ -164,6 +205,7 @@ mod tests {
             files: BTreeMap::new(),
             tests: Vec::new(),
             answer: None,
+            variants: Vec::new(),
         }
     }
 
@@ -186,6 +228,21 @@ mod tests {
         t.tests.push(TreeCheck { name: "c".into(), file: "f".into(), contains: "x".into(), absent: false });
         let e = params(vec![t]).validate().expect_err("tests without run_tests");
         assert!(e.contains("run_tests"), "{e}");
+    }
+
+    #[test]
+    fn a_variant_fills_every_placeholder_of_the_task() {
+        let mut t = task("sum");
+        t.request = "add {a} and {b}".into();
+        t.files.insert("data/{a}.txt".into(), "b={b} {literal}".into());
+        t.answer = Some("{a}{b}".into());
+        t.variants = vec![BTreeMap::from([("a".into(), "1".into()), ("b".into(), "2".into())])];
+        let v = t.variant(3);
+        assert_eq!(v.request, "add 1 and 2");
+        assert_eq!(v.files.get("data/1.txt").map(String::as_str), Some("b=2 {literal}"));
+        assert_eq!(v.answer.as_deref(), Some("12"));
+        assert!(v.variants.is_empty());
+        assert_eq!(task("plain").variant(5), task("plain"));
     }
 
     #[test]

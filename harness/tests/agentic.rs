@@ -1,0 +1,97 @@
+//! `kind: agentic` end to end on a tiny engine: a clean engine reuses the whole session so far on every turn, as
+//! the oracle expects, and the report carries the turn table, the transcripts and the plots; a planted reuse
+//! fault fails each session on the first turn that reuses anything, with the divergence located and the cold
+//! trajectory recorded from there.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kvproof-agentic-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    dir
+}
+
+fn scenario() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/pr/glm-agentic.json")
+}
+
+fn run(out: &Path, fault: Option<&str>) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kvproof"));
+    c.env("CI", "true").arg("run").arg(scenario()).arg("--out").arg(out);
+    if let Some(f) = fault {
+        c.args(["--fault", f]);
+    }
+    c.output().expect("run kvproof")
+}
+
+fn results(out: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(out.join("results.jsonl")).expect("results.jsonl");
+    text.lines().map(|l| serde_json::from_str(l).expect("json line")).collect()
+}
+
+fn turn(t: &serde_json::Value) -> u64 {
+    t["agent"]["turn"].as_u64().expect("agent.turn")
+}
+
+#[test]
+fn a_clean_engine_reuses_the_whole_session_on_every_turn() {
+    let out = tmp("clean");
+    let o = run(&out, None);
+    assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let trials = results(&out);
+    assert!(trials.len() >= 8, "{} trials", trials.len());
+    for t in &trials {
+        assert_eq!(t["verdict"], "pass", "{t}");
+        if turn(t) > 1 {
+            let (reused, expected) = (t["reused"].as_u64(), t["expected_reuse"].as_u64());
+            assert!(reused.is_some_and(|r| r > 0) && reused == expected, "{t}");
+            // the re-rendered transcript keeps at least what the engine reused
+            assert!(t["agent"]["reuse"]["rendered"].as_u64() >= reused, "{t}");
+        }
+        assert!(t["agent"].get("parted_at").is_none(), "a clean engine never parts: {t}");
+    }
+    for f in ["agentic.csv", "agentic-sessions.md", "plots/agentic-wall-glm-agentic.svg"] {
+        assert!(out.join(f).is_file(), "{f} missing");
+    }
+    let md = std::fs::read_to_string(out.join("summary.md")).expect("summary");
+    assert!(md.contains("## Agentic sessions") && md.contains("| glm-agentic | all | 4 |"), "{md}");
+    let sessions = std::fs::read_to_string(out.join("agentic-sessions.md")).expect("sessions");
+    assert!(sessions.contains("**turn 2**") && sessions.contains("session ended: turn budget"), "{sessions}");
+}
+
+#[test]
+fn a_reuse_fault_fails_each_session_on_the_first_turn_that_reuses() {
+    let out = tmp("counter-reuse");
+    let o = run(&out, Some("counter-reuse"));
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stdout));
+    let trials = results(&out);
+    let mut sessions = std::collections::BTreeMap::new();
+    for t in &trials {
+        sessions.entry(t["plan"].as_str().expect("plan").to_string()).or_insert_with(Vec::new).push(t);
+    }
+    assert_eq!(sessions.len(), 4);
+    for (name, mut turns) in sessions {
+        turns.sort_by_key(|t| turn(t));
+        let first_fail = turns.iter().find(|t| t["verdict"] == "fail").unwrap_or_else(|| panic!("{name} never failed"));
+        // turn 1 has nothing to reuse; turn 2 is the first the fault can touch
+        assert_eq!(turn(first_fail), 2, "{name}");
+        assert_eq!(turns[0]["verdict"], "pass", "{name}");
+        let checks: Vec<&str> = first_fail["checks"]
+            .as_array()
+            .expect("checks")
+            .iter()
+            .filter(|c| c["status"] == "fail")
+            .filter_map(|c| c["check"].as_str())
+            .collect();
+        assert!(checks.contains(&"reuse"), "{name}: {checks:?}");
+        if checks.contains(&"tokens") {
+            assert!(first_fail["divergence"]["index"].is_u64(), "{name}: located");
+            assert_eq!(first_fail["agent"]["parted_at"], 2, "{name}");
+            assert!(first_fail["agent"]["cold"]["reply"].is_string(), "{name}: the cold trajectory is recorded");
+        }
+    }
+    let md = std::fs::read_to_string(out.join("summary.md")).expect("summary");
+    assert!(md.contains("parted at turn 2: first differing token"), "{md}");
+}
