@@ -42,9 +42,9 @@ pub fn parse(reply: &str) -> Result<Vec<ParsedCall>, String> {
 
 /// One block's JSON (`n` numbers it from 1 in the error).
 fn parse_block(body: &str, n: usize) -> Result<ParsedCall, String> {
-    // serde_json's recursion limit turns deeply nested input into an error rather than a stack overflow.
-    let value: Value = serde_json::from_str(body)
-        .map_err(|e| format!("call {n}: invalid JSON at line {} column {}: {e}", e.line(), e.column()))?;
+    // serde_json's message ends with the line and column within the block; its recursion limit turns deeply
+    // nested input into an error rather than a stack overflow.
+    let value: Value = serde_json::from_str(body).map_err(|e| format!("call {n}: invalid JSON: {e}"))?;
     let Value::Object(mut map) = value else {
         return Err(format!("call {n}: expected a JSON object with `name` and `arguments`"));
     };
