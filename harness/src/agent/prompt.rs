@@ -19,7 +19,26 @@ pub fn system_prompt(task: &AgentTask) -> String {
     if task.tools.contains(&ToolName::Finish) {
         out.push_str(" Call finish with your answer when done.");
     }
+    // One worked call: small models copy a shown call far more readily than they follow a described format.
+    if let Some(&t) = task.tools.first() {
+        let call = serde_json::json!({ "name": t.name(), "arguments": example_arguments(t, task) });
+        out.push_str(&format!("\nExample: <tool_call>{call}</tool_call>"));
+    }
     out
+}
+
+/// Plausible arguments for an example call of `t` in `task` (a path of its tree where one is needed).
+fn example_arguments(t: ToolName, task: &AgentTask) -> Value {
+    let file = task.files.keys().next().map_or("notes.txt", String::as_str);
+    match t {
+        ToolName::ListDir => serde_json::json!({ "path": "." }),
+        ToolName::ReadFile => serde_json::json!({ "path": file }),
+        ToolName::WriteFile => serde_json::json!({ "path": file, "content": "..." }),
+        ToolName::Search => serde_json::json!({ "pattern": "port" }),
+        ToolName::RunTests => serde_json::json!({}),
+        ToolName::Calculator => serde_json::json!({ "expression": "2 * (3 + 4)" }),
+        ToolName::Finish => serde_json::json!({ "answer": "42" }),
+    }
 }
 
 /// `{"name":..,"description":..,"parameters":<schema>}` in that order (serde_json's map would sort the keys).
@@ -60,7 +79,19 @@ mod tests {
         for t in ToolName::iter() {
             assert!(p.contains(&format!("{{\"name\":\"{t}\",\"description\":")), "{t} in:\n{p}");
         }
-        assert!(p.ends_with("Call finish with your answer when done."), "{p}");
+        assert!(p.contains("Call finish with your answer when done."), "{p}");
+    }
+
+    #[test]
+    fn the_example_is_a_valid_call_of_the_first_offered_tool() {
+        for t in ToolName::iter() {
+            let p = system_prompt(&task(vec![t, ToolName::Finish]));
+            let example = p.lines().last().and_then(|l| l.strip_prefix("Example: ")).expect("example line");
+            let calls = crate::agent::calls::parse(example).expect("parses");
+            assert_eq!(calls.len(), 1);
+            assert_eq!(calls[0].name, t.name());
+            crate::agent::tools::check_arguments(t, &calls[0].arguments).expect("fits the schema");
+        }
     }
 
     #[test]
