@@ -325,6 +325,19 @@ pub fn with_overrides<C: ArchConfig>(
 
 /// `base` with `overrides` applied and validated; with `only`, just those options may be set (a model file fixes
 /// the rest, e.g. a GGUF's shapes), and any other is an error naming it.
+/// Every key of `keys` is one of `allowed`; the first that is not is an error saying it is fixed by `fixed_by`
+/// (a GGUF engine's shape is the file's: only serving options may be set).
+pub fn check_only<'k>(
+    mut keys: impl Iterator<Item = &'k str>,
+    allowed: &[&str],
+    fixed_by: &str,
+) -> std::result::Result<(), String> {
+    match keys.find(|k| !allowed.contains(k)) {
+        Some(key) => Err(format!("engine.config.{key}: fixed by {fixed_by} (options here: {})", allowed.join(", "))),
+        None => Ok(()),
+    }
+}
+
 pub fn apply_overrides<C: ArchConfig>(
     base: C,
     overrides: &serde_json::Map<String, serde_json::Value>,
@@ -345,8 +358,8 @@ pub fn apply_overrides<C: ArchConfig>(
         if !known.contains(key) {
             return Err(format!("engine.config.{key}: {arch} has no option {key} (options: {})", known.join(", ")));
         }
-        if let Some((allowed, fixed_by)) = only.filter(|(allowed, _)| !allowed.contains(&key.as_str())) {
-            return Err(format!("engine.config.{key}: fixed by {fixed_by} (options here: {})", allowed.join(", ")));
+        if let Some((allowed, fixed_by)) = only {
+            check_only(std::iter::once(key.as_str()), allowed, fixed_by)?;
         }
         fields.insert(key.clone(), value.clone());
     }

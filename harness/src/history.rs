@@ -103,6 +103,14 @@ fn rows_of(s: &Summary, unix: u64, label: &str) -> Vec<HistoryRow> {
                 push(n, "not_fresh_upper", b.upper);
             }
         }
+        if let Some(a) = &sc.agentic {
+            let t = &a.total;
+            push(n, "agentic_sessions_parted", t.parted as f64);
+            push(n, "agentic_reuse_share", t.reuse_share());
+            push(n, "agentic_tokens_lost_to_rerender", t.lost as f64);
+            push(n, "agentic_tool_calls_warm", t.warm.tool_calls as f64);
+            push(n, "agentic_solved_warm", t.warm.solved as f64);
+        }
     }
     out
 }

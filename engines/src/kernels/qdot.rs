@@ -260,16 +260,8 @@ mod avx2 {
                 unsafe { load_x(&xs[r], b) }
             });
             for c in 0..C {
-                let wb = &ws[c][b * 20..(b + 1) * 20];
-                // SAFETY: F16C is enabled here
-                let (dw, mw) = unsafe { halves(wb) };
-                // SAFETY: `wb` is 20 bytes; its last 16 are read
-                let qs = unsafe { _mm_loadu_si128(wb.as_ptr().add(4).cast()) };
-                // low nibbles are weights 0..16 (the low 128 bits), high nibbles weights 16..32
-                let wq = _mm256_and_si256(
-                    _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(qs), _mm_srli_epi16::<4>(qs)),
-                    low,
-                );
+                // SAFETY: AVX2 and F16C are enabled here
+                let (dw, mw, wq) = unsafe { q4_1_block(&ws[c][b * 20..(b + 1) * 20], low) };
                 for r in 0..R {
                     let sums = _mm256_madd_epi16(_mm256_maddubs_epi16(wq, xq[r]), ones);
                     // SAFETY: AVX2 and F16C are enabled here
@@ -280,6 +272,20 @@ mod avx2 {
         }
         // SAFETY: AVX2 and F16C are enabled here
         std::array::from_fn(|c| std::array::from_fn(|r| hsum(&unsafe { lanes(acc[c][r]) }) + mins[c][r]))
+    }
+
+    /// One Q4_1 weight block (20 bytes): its scale, its min, and its 32 nibbles as bytes — the low nibbles are
+    /// weights 0..16 (the low 128 bits), the high nibbles weights 16..32.
+    #[target_feature(enable = "avx2,f16c")]
+    #[inline]
+    unsafe fn q4_1_block(wb: &[u8], low: __m256i) -> (f32, f32, __m256i) {
+        // SAFETY: F16C is enabled here
+        let (dw, mw) = unsafe { halves(wb) };
+        // SAFETY: `wb` is 20 bytes (the callers slice it so); its last 16 are read
+        let qs = unsafe { _mm_loadu_si128(wb.as_ptr().add(4).cast()) };
+        let wq =
+            _mm256_and_si256(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(qs), _mm_srli_epi16::<4>(qs)), low);
+        (dw, mw, wq)
     }
 
     /// `tile_q4_1` for four activation rows: their block scales and sums side by side in one register, so each
@@ -303,15 +309,8 @@ mod avx2 {
             let dx = _mm_setr_ps(d[0][b], d[1][b], d[2][b], d[3][b]);
             let sx = _mm_setr_ps(s[0][b], s[1][b], s[2][b], s[3][b]);
             for c in 0..C {
-                let wb = &ws[c][b * 20..(b + 1) * 20];
-                // SAFETY: F16C is enabled here
-                let (dw, mw) = unsafe { halves(wb) };
-                // SAFETY: `wb` is 20 bytes; its last 16 are read
-                let qs = unsafe { _mm_loadu_si128(wb.as_ptr().add(4).cast()) };
-                let wq = _mm256_and_si256(
-                    _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(qs), _mm_srli_epi16::<4>(qs)),
-                    low,
-                );
+                // SAFETY: AVX2 and F16C are enabled here
+                let (dw, mw, wq) = unsafe { q4_1_block(&ws[c][b * 20..(b + 1) * 20], low) };
                 let dd = _mm_mul_ps(_mm_set1_ps(dw), dx);
                 mins[c] = _mm_add_ps(mins[c], _mm_mul_ps(_mm_set1_ps(mw), sx));
                 let dds = [

@@ -115,18 +115,9 @@ mod tests {
     fn trial(turn: usize, warm: AgentStep, cold: AgentStep, parted_at: Option<usize>) -> TrialRecord {
         let mut t = TrialRecord::new("s", Kind::Agentic, "fix-0000", 0, &format!("turn {turn}"), turn - 1);
         t.prompt_tokens = 100;
-        t.agent = Some(Box::new(AgentTurn {
-            task: "fix".into(),
-            session: 0,
-            turn,
-            warm,
-            cold: Some(cold),
-            parted_at,
-            reuse: RerenderReuse { engine: Some(60), token_exact: Some(80), rendered: Some(70), lost: Some(10) },
-            cold_prompt_tokens: None,
-            ended: None,
-            cold_tail: Vec::new(),
-        }));
+        let reuse = RerenderReuse { engine: Some(60), token_exact: Some(80), rendered: Some(70), lost: Some(10) };
+        t.agent =
+            Some(Box::new(AgentTurn { cold: Some(cold), parted_at, reuse, ..AgentTurn::new("fix", 0, turn, warm) }));
         t
     }
 

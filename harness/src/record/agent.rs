@@ -126,3 +126,21 @@ pub struct AgentTurn {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cold_tail: Vec<AgentStep>,
 }
+
+impl AgentTurn {
+    /// Turn `turn` of session `session` (task `task`) with its warm step; the rest not known yet.
+    pub fn new(task: &str, session: usize, turn: usize, warm: AgentStep) -> Self {
+        AgentTurn {
+            task: task.to_string(),
+            session,
+            turn,
+            warm,
+            cold: None,
+            parted_at: None,
+            reuse: RerenderReuse::default(),
+            cold_prompt_tokens: None,
+            ended: None,
+            cold_tail: Vec::new(),
+        }
+    }
+}

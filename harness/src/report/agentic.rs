@@ -160,16 +160,9 @@ fn agent_trials(trials: &[TrialRecord]) -> Vec<(&TrialRecord, &AgentTurn)> {
 
 /// Write `agentic.csv` (one row per warm turn); no file when the run has no agentic turns.
 pub fn write_csv(dir: &Path, trials: &[TrialRecord]) -> Result<bool, ReportError> {
-    let path = dir.join(AGENTIC_CSV);
-    let rows = agent_trials(trials);
-    if rows.is_empty() {
-        let _ = std::fs::remove_file(&path);
-        return Ok(false);
-    }
-    let bad = |e: csv::Error| ReportError::Invalid { path: path.clone(), message: e.to_string() };
-    let mut w = csv::Writer::from_path(&path).map_err(bad)?;
-    for (t, a) in rows {
-        w.serialize(CsvRow {
+    let rows: Vec<CsvRow> = agent_trials(trials)
+        .into_iter()
+        .map(|(t, a)| CsvRow {
             scenario: &t.scenario,
             session: &t.plan,
             task: &a.task,
@@ -190,10 +183,8 @@ pub fn write_csv(dir: &Path, trials: &[TrialRecord]) -> Result<bool, ReportError
             parted_at: a.parted_at,
             ended: a.ended.as_deref().unwrap_or(""),
         })
-        .map_err(bad)?;
-    }
-    w.flush().map_err(|source| ReportError::Io { path: path.clone(), source })?;
-    Ok(true)
+        .collect();
+    super::write_csv_rows(dir, AGENTIC_CSV, rows)
 }
 
 /// `text` cut to `MAX_TEXT` characters, on one quoted block.
@@ -235,26 +226,50 @@ pub fn sessions_markdown(trials: &[TrialRecord]) -> String {
     }
     let mut md = String::from(
         "# Agentic sessions\n\nEach turn: the warm reply (the session follows it), the tool calls parsed from it and \
-         the sandbox's results. Once warm and cold part, the cold trajectory's turn is shown beside it.\n",
+         the sandbox's results, after a table of the session's turns (*lost*: tokens lost to re-rendering the \
+         transcript). Once warm and cold part, the cold trajectory's turn is shown beside it.\n",
     );
     let total = sessions.len();
     for (_, mut turns) in sessions.into_iter().take(MAX_SESSIONS_SHOWN) {
         turns.sort_by_key(|(_, a)| a.turn);
         let Some((first, a0)) = turns.first() else { continue };
         let _ = writeln!(md, "\n## {} / {} (task {})\n", first.scenario, first.plan, a0.task);
+        md.push_str(
+            "| turn | verdict | prompt | reused | token-exact | lost | warm ms | cold ms | warm calls | cold calls | \
+             broken (warm) |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        );
+        let cell = |v: Option<usize>| v.map_or_else(|| "—".to_string(), |v| v.to_string());
+        let ms = |m: Option<f64>| m.map_or_else(|| "—".to_string(), |m| format!("{m:.0}"));
+        for (t, a) in &turns {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                a.turn,
+                t.verdict,
+                t.prompt_tokens,
+                cell(t.reused),
+                cell(a.reuse.token_exact),
+                cell(a.reuse.lost),
+                ms(t.timings.warm_ms),
+                ms(t.timings.cold_ms),
+                calls(Some(&a.warm)),
+                calls(a.cold.as_ref()),
+                failed(Some(&a.warm))
+            );
+        }
+        md.push('\n');
         for (t, a) in &turns {
             let reuse = match (a.reuse.token_exact, a.reuse.lost) {
                 (Some(e), Some(l)) => format!(", token-exact {e}, lost to re-rendering {l}"),
                 _ => String::new(),
             };
-            let ms = |m: Option<f64>| m.map_or_else(|| "—".into(), |m| format!("{m:.0} ms"));
             let _ = writeln!(
                 md,
-                "**turn {}** — {}: prompt {} tokens, reused {}{reuse}; warm {}, cold {}",
+                "**turn {}** — {}: prompt {} tokens, reused {}{reuse}; warm {} ms, cold {} ms",
                 a.turn,
                 t.verdict,
                 t.prompt_tokens,
-                t.reused.map_or_else(|| "—".into(), |r| r.to_string()),
+                cell(t.reused),
                 ms(t.timings.warm_ms),
                 ms(t.timings.cold_ms)
             );
@@ -320,7 +335,7 @@ pub fn wall_by_turn(trials: &[&TrialRecord]) -> Vec<(usize, f64, f64, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{AssertionResult, RerenderReuse, ToolCall};
+    use crate::record::{AssertionResult, ToolCall};
     use crate::scenario::Kind;
 
     fn trial(turn: usize, parted: bool) -> TrialRecord {
@@ -344,18 +359,8 @@ mod tests {
         }];
         let mut cold = warm.clone();
         cold.reply = "something else".into();
-        t.agent = Some(Box::new(AgentTurn {
-            task: "fix".into(),
-            session: 0,
-            turn,
-            warm,
-            cold: Some(cold),
-            parted_at: parted.then_some(turn),
-            reuse: RerenderReuse::default(),
-            cold_prompt_tokens: None,
-            ended: None,
-            cold_tail: Vec::new(),
-        }));
+        let parted_at = parted.then_some(turn);
+        t.agent = Some(Box::new(AgentTurn { cold: Some(cold), parted_at, ..AgentTurn::new("fix", 0, turn, warm) }));
         t
     }
 

@@ -50,17 +50,9 @@ struct CsvRow<'a> {
 
 /// Write `growth.csv` (one row per turn of every growth scenario); no file when the run has none.
 pub fn write_csv(dir: &Path, trials: &[TrialRecord]) -> Result<bool, ReportError> {
-    let path = dir.join(GROWTH_CSV);
-    let rows: Vec<(&str, &GrowthTurn)> =
-        trials.iter().filter_map(|t| t.growth.as_ref().map(|g| (t.scenario.as_str(), g))).collect();
-    if rows.is_empty() {
-        let _ = std::fs::remove_file(&path);
-        return Ok(false);
-    }
-    let bad = |e: csv::Error| ReportError::Invalid { path: path.clone(), message: e.to_string() };
-    let mut w = csv::Writer::from_path(&path).map_err(bad)?;
-    for (scenario, g) in rows {
-        w.serialize(CsvRow {
+    let rows = trials.iter().filter_map(|t| t.growth.as_ref().map(|g| (t.scenario.as_str(), g)));
+    let rows: Vec<CsvRow> = rows
+        .map(|(scenario, g): (&str, &GrowthTurn)| CsvRow {
             scenario,
             turn: g.turn,
             context: g.context,
@@ -88,10 +80,8 @@ pub fn write_csv(dir: &Path, trials: &[TrialRecord]) -> Result<bool, ReportError
             cold_prefill_tok_s: g.cold.prefill_tok_s(),
             cold_decode_tok_s: g.cold.decode_tok_s(g.emitted),
         })
-        .map_err(bad)?;
-    }
-    w.flush().map_err(|source| ReportError::Io { path: path.clone(), source })?;
-    Ok(true)
+        .collect();
+    super::write_csv_rows(dir, GROWTH_CSV, rows)
 }
 
 /// The growth section of summary.md: one row per growth scenario.

@@ -50,6 +50,22 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
     std::fs::rename(&tmp, path).map_err(io(path))
 }
 
+/// Write `name` in `dir` with one CSV row per item of `rows`; no file (an old one is removed) when there are none.
+pub(crate) fn write_csv_rows<R: serde::Serialize>(dir: &Path, name: &str, rows: Vec<R>) -> Result<bool, ReportError> {
+    let path = dir.join(name);
+    if rows.is_empty() {
+        let _ = std::fs::remove_file(&path);
+        return Ok(false);
+    }
+    let bad = |e: csv::Error| ReportError::Invalid { path: path.clone(), message: e.to_string() };
+    let mut w = csv::Writer::from_path(&path).map_err(bad)?;
+    for row in rows {
+        w.serialize(row).map_err(bad)?;
+    }
+    w.flush().map_err(io(&path))?;
+    Ok(true)
+}
+
 pub fn write_manifest(dir: &Path, manifest: &Manifest) -> Result<(), ReportError> {
     let path = dir.join(RUN_JSON);
     let json = serde_json::to_string_pretty(manifest)

@@ -66,6 +66,18 @@ fn line(dir: &Path, group: &'static str, name: &str, chart: &LineChart) -> Resul
     Ok(Plot { group, title: chart.title.clone(), svg: rel(name, "svg"), png: Some(rel(name, "png")) })
 }
 
+/// Draw bound bars as `plots/<name>.svg` (and PNG).
+fn bound_bars(
+    dir: &Path,
+    (group, name): (&'static str, &str),
+    bars: &[BoundBar],
+    title: String,
+    x_desc: &str,
+) -> Result<Plot, ReportError> {
+    bounds::draw(bars, &title, x_desc, &dir.join(PLOTS_DIR).join(name))?;
+    Ok(Plot { group, title, svg: rel(name, "svg"), png: Some(rel(name, "png")) })
+}
+
 fn growth_charts(scenario: &str, turns: &[GrowthTurn]) -> (LineChart, LineChart) {
     let reps = turns.first().map_or(0, |t| t.warm.repeats);
     let cold_reps = turns.first().map_or(0, |t| t.cold.repeats);
@@ -158,8 +170,7 @@ pub fn draw_run(dir: &Path, summary: &Summary, trials: &[TrialRecord]) -> Result
         let part = if charts > 1 { format!(" ({} of {charts})", i + 1) } else { String::new() };
         let title = format!("failure rate per scenario: observed and upper bound at {conf}{part}");
         let name = if charts > 1 { format!("bounds-{}", i + 1) } else { "bounds".to_string() };
-        bounds::draw(chunk, &title, "scenario (failures/trials)", &out.join(&name))?;
-        plots.push(Plot { group: "bounds", title, svg: rel(&name, "svg"), png: Some(rel(&name, "png")) });
+        plots.push(bound_bars(dir, ("bounds", &name), chunk, title, "scenario (failures/trials)")?);
     }
 
     for s in &summary.scenarios {
@@ -187,8 +198,8 @@ pub fn draw_run(dir: &Path, summary: &Summary, trials: &[TrialRecord]) -> Result
             st.confidence * 100.0
         );
         let name = format!("staleness-{}", stem(&s.name));
-        bounds::draw(&bars, &title, "stale context (stale or corrupt replies/cases)", &out.join(&name))?;
-        plots.push(Plot { group: "staleness", title, svg: rel(&name, "svg"), png: Some(rel(&name, "png")) });
+        let x_desc = "stale context (stale or corrupt replies/cases)";
+        plots.push(bound_bars(dir, ("staleness", &name), &bars, title, x_desc)?);
     }
 
     for s in &summary.scenarios {
@@ -241,8 +252,7 @@ pub fn draw_run(dir: &Path, summary: &Summary, trials: &[TrialRecord]) -> Result
             st.confidence * 100.0
         );
         let name = format!("agentic-assertions-{}", stem(&s.name));
-        bounds::draw(&bars, &title, "assertion (broken/applied)", &out.join(&name))?;
-        plots.push(Plot { group: "agentic", title, svg: rel(&name, "svg"), png: Some(rel(&name, "png")) });
+        plots.push(bound_bars(dir, ("agentic", &name), &bars, title, "assertion (broken/applied)")?);
     }
 
     for (i, (case, rdir)) in trials

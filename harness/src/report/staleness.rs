@@ -79,17 +79,9 @@ fn ids(v: &[u32]) -> String {
 
 /// Write `staleness.csv` (one row per classified case); no file when the run has none.
 pub fn write_csv(dir: &Path, trials: &[TrialRecord]) -> Result<bool, ReportError> {
-    let path = dir.join(STALENESS_CSV);
-    let rows: Vec<(&TrialRecord, &StaleOutcome)> =
-        trials.iter().filter_map(|t| t.staleness.as_ref().map(|o| (t, o))).collect();
-    if rows.is_empty() {
-        let _ = std::fs::remove_file(&path);
-        return Ok(false);
-    }
-    let bad = |e: csv::Error| ReportError::Invalid { path: path.clone(), message: e.to_string() };
-    let mut w = csv::Writer::from_path(&path).map_err(bad)?;
-    for (t, o) in rows {
-        w.serialize(CsvRow {
+    let rows = trials.iter().filter_map(|t| t.staleness.as_ref().map(|o| (t, o)));
+    let rows: Vec<CsvRow> = rows
+        .map(|(t, o): (&TrialRecord, &StaleOutcome)| CsvRow {
             scenario: &t.scenario,
             case: &t.plan,
             context: o.context.name(),
@@ -112,8 +104,6 @@ pub fn write_csv(dir: &Path, trials: &[TrialRecord]) -> Result<bool, ReportError
             warm_reply: ids(&t.warm_reply),
             fresh_reply: ids(&t.cold_reply),
         })
-        .map_err(bad)?;
-    }
-    w.flush().map_err(|source| ReportError::Io { path: path.clone(), source })?;
-    Ok(true)
+        .collect();
+    super::write_csv_rows(dir, STALENESS_CSV, rows)
 }

@@ -229,16 +229,12 @@ pub fn run_session(
         let ended = if lost { Some("the warm instance was lost".to_string()) } else { ended };
         let mut record = compared.record;
         record.agent = Some(Box::new(AgentTurn {
-            task: task.name.clone(),
-            session: session.session,
-            turn,
-            warm: warm_step,
             cold: cold_step,
             parted_at,
             reuse,
             cold_prompt_tokens,
             ended: ended.clone(),
-            cold_tail: Vec::new(),
+            ..AgentTurn::new(&task.name, session.session, turn, warm_step)
         }));
         ctx.progress.inc(1);
         let Some(message) = next_message.filter(|_| ended.is_none()) else {

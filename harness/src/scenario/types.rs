@@ -435,14 +435,12 @@ impl TryFrom<RawEngine> for EngineSpec {
                                     are the file's"
                             .into());
                     }
-                    let options = kvproof_engines::arch::llama::GGUF_OPTIONS;
-                    if let Some(key) = raw.config.iter().flat_map(|c| c.keys()).find(|k| !options.contains(&k.as_str()))
-                    {
-                        return Err(format!(
-                            "engine.config.{key}: fixed by the GGUF file (options here: {})",
-                            options.join(", ")
-                        ));
-                    }
+                    let keys = raw.config.iter().flat_map(|c| c.keys()).map(String::as_str);
+                    kvproof_engines::config::check_only(
+                        keys,
+                        kvproof_engines::arch::llama::GGUF_OPTIONS,
+                        "the GGUF file",
+                    )?;
                 }
                 let preset = match raw.preset {
                     Some(p) => Preset::from_str(&p).map_err(|e| format!("engine.preset: {e}"))?,

@@ -162,6 +162,14 @@ impl AgenticParams {
             return Err(format!("params.max_turns: {} is not in 1..={MAX_TURNS}", p.max_turns));
         }
         super::check_max_tokens(p.max_tokens)?;
+        if let Some(c) = p.max_context {
+            if c <= p.max_tokens {
+                return Err(format!(
+                    "params.max_context: {c} leaves no room for a prompt and {} reply tokens",
+                    p.max_tokens
+                ));
+            }
+        }
         if p.tasks.is_empty() {
             return Err("params.tasks: must list at least one task".into());
         }
@@ -216,6 +224,8 @@ mod tests {
     #[test]
     fn validation_names_the_field() {
         assert!(params(vec![task("a")]).validate().is_ok());
+        let e = AgenticParams { max_context: Some(8), ..params(vec![task("a")]) }.validate().expect_err("ctx");
+        assert!(e.contains("params.max_context"), "{e}");
         let e = params(vec![]).validate().expect_err("no tasks");
         assert!(e.contains("params.tasks"), "{e}");
         let e = params(vec![task("a"), task("a")]).validate().expect_err("dup");
