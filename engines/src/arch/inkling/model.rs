@@ -11,10 +11,6 @@ use crate::fixture::Init;
 use crate::kernels::Rope;
 use crate::tensors::Source;
 
-fn yes() -> bool {
-    true
-}
-
 /// Inkling's config: the shared base plus its options.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Config {
@@ -24,7 +20,7 @@ pub struct Config {
     #[serde(default)]
     pub window: usize,
     /// Store sliding layers as rings of `window` rows (false: full caches, same attention; a reference for tests).
-    #[serde(default = "yes")]
+    #[serde(default = "crate::config::on")]
     pub ring_kv: bool,
     /// Every `global_every`-th layer (1-based) is global; the rest slide.
     #[serde(default)]
