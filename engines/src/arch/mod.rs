@@ -11,4 +11,5 @@ mod checkpoint_layout;
 pub(crate) mod model_hash;
 mod moe_sublayer;
 mod output_head;
+mod qk_norm_attn;
 mod short_conv;
