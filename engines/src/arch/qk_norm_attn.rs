@@ -1,7 +1,7 @@
-//! The attention projections deepseek and inkling share: GQA q/k/v/o with a per-head RMS norm on q and k, and the
-//! dimensions their forward passes derive from the config. One home, so both archs load the same tensors in the same
-//! order and compute q/k/v the same way.
+//! The attention projections deepseek and inkling share: GQA q/k/v/o with a per-head RMS norm on q and k. One home,
+//! so both archs load the same tensors in the same order and compute q/k/v the same way.
 
+use crate::arch::gqa_dims::Dims;
 use crate::config::BaseConfig;
 use crate::error::Result;
 use crate::kernels::{matmul, rms_norm, Rope};
@@ -17,33 +17,6 @@ pub struct QkNormProj {
     pub wo: Vec<f32>,
     pub q_norm: Vec<f32>,
     pub k_norm: Vec<f32>,
-}
-
-/// The attention dimensions a forward pass works in.
-#[derive(Debug, Clone, Copy)]
-pub struct Dims {
-    pub h: usize,
-    pub hd: usize,
-    pub qd: usize,
-    pub kvd: usize,
-    /// Query heads per kv head.
-    pub group: usize,
-    /// The score scale, `1 / sqrt(head_dim)`.
-    pub scale: f32,
-}
-
-impl Dims {
-    pub fn of(c: &BaseConfig) -> Dims {
-        let (h, hd) = (c.hidden, c.head_dim);
-        Dims {
-            h,
-            hd,
-            qd: c.heads * hd,
-            kvd: c.kv_heads * hd,
-            group: c.heads / c.kv_heads,
-            scale: 1.0 / (hd as f32).sqrt(),
-        }
-    }
 }
 
 impl QkNormProj {

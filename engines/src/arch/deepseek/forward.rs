@@ -14,8 +14,8 @@ use rayon::prelude::*;
 
 use super::model::Model;
 use super::state::State;
+use crate::arch::gqa_dims::Dims;
 use crate::arch::moe_sublayer::add_moe_sublayer;
-use crate::arch::qk_norm_attn::Dims;
 use crate::cache::RowMeta;
 use crate::dump::Writer;
 use crate::kernels::{attend, matmul, rms_norm, Reduction};

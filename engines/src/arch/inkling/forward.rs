@@ -8,8 +8,8 @@ use rayon::prelude::*;
 
 use super::model::Model;
 use super::state::{LayerKv, State};
+use crate::arch::gqa_dims::Dims;
 use crate::arch::moe_sublayer::add_moe_sublayer;
-use crate::arch::qk_norm_attn::Dims;
 use crate::arch::short_conv::short_conv;
 use crate::cache::RowMeta;
 use crate::dump::Writer;
