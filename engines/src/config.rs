@@ -55,6 +55,10 @@ fn default_eps() -> f32 {
 fn one() -> usize {
     1
 }
+/// The serde default of an arch switch that is on unless a config turns it off (one home for every arch's).
+pub(crate) fn on() -> bool {
+    true
+}
 
 /// The fields every arch's config shares: the transformer's shape, the MoE FFN, and how the engine serves it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

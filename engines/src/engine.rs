@@ -147,6 +147,28 @@ pub struct EngineInfo {
     pub model_hash: String,
 }
 
+#[cfg(test)]
+impl EngineInfo {
+    /// A small two-slot engine of the full vocabulary, for the serve layer's parsing tests (one home, so the API and
+    /// frame tests check requests against the same limits).
+    pub(crate) fn test_fixture(audio: bool) -> Self {
+        EngineInfo {
+            arch: "test".into(),
+            preset: None,
+            slots: 2,
+            max_ctx: 64,
+            vocab: crate::tokenizer::VOCAB,
+            audio,
+            audio_frame_bytes: 0,
+            window: None,
+            prompt_rows: None,
+            initial_capacity: 16,
+            fault: None,
+            model_hash: "0".into(),
+        }
+    }
+}
+
 /// An engine: shared weights plus the mutable state of its slots.
 pub trait Engine: Send {
     fn info(&self) -> EngineInfo;

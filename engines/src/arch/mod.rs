@@ -8,7 +8,9 @@ pub mod kimi;
 pub mod llama;
 
 mod checkpoint_layout;
+mod gqa_dims;
 pub(crate) mod model_hash;
 mod moe_sublayer;
 mod output_head;
+mod qk_norm_attn;
 mod short_conv;

@@ -167,20 +167,7 @@ mod tests {
     }
 
     fn info(audio: bool) -> EngineInfo {
-        EngineInfo {
-            arch: "test".into(),
-            preset: None,
-            slots: 2,
-            max_ctx: 64,
-            vocab: VOCAB,
-            audio,
-            audio_frame_bytes: 0,
-            window: None,
-            prompt_rows: None,
-            initial_capacity: 16,
-            fault: None,
-            model_hash: "0".into(),
-        }
+        EngineInfo::test_fixture(audio)
     }
 
     fn frame(payload: &[u8], ids: bool) -> SubmitFrame {

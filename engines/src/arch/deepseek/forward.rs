@@ -14,6 +14,7 @@ use rayon::prelude::*;
 
 use super::model::Model;
 use super::state::State;
+use crate::arch::gqa_dims::Dims;
 use crate::arch::moe_sublayer::add_moe_sublayer;
 use crate::cache::RowMeta;
 use crate::dump::Writer;
@@ -38,12 +39,10 @@ impl Model {
     /// `abort()` is asked before every layer but the first; `true` abandons the batch there.
     pub fn forward(&self, st: &mut State, b: &Batch, abort: &mut dyn FnMut() -> bool) -> Result<Vec<f32>, Aborted> {
         let c = &self.config;
-        let (h, hd) = (c.hidden, c.head_dim);
-        let (qd, kvd) = (c.heads * hd, c.kv_heads * hd);
-        let group = c.heads / c.kv_heads;
+        let d = Dims::of(c);
+        let Dims { h, hd, qd, kvd, group, scale } = d;
         let s = b.ids.len();
         let pos0 = b.pos0;
-        let scale = 1.0 / (hd as f32).sqrt();
         let meta = RowMeta { pos: 0, writer: Some(b.writer) };
         let mut x = self.stack.embed_rows(b.ids, h);
 
@@ -54,18 +53,8 @@ impl Model {
             let ls = &mut st.layers[l];
             let mut xn = x.clone();
             rms_norm(&mut xn, &layer.attn_norm, c.norm_eps);
-            let mut q = vec![0.0; s * qd];
-            let mut k = vec![0.0; s * kvd];
-            let mut v = vec![0.0; s * kvd];
-            matmul(&xn, s, &layer.attn.wq, qd, h, &mut q);
-            matmul(&xn, s, &layer.attn.wk, kvd, h, &mut k);
-            matmul(&xn, s, &layer.attn.wv, kvd, h, &mut v);
-            rms_norm(&mut q, &layer.attn.q_norm, c.norm_eps);
-            rms_norm(&mut k, &layer.attn.k_norm, c.norm_eps);
-            for i in 0..s {
-                self.rope.apply(&mut q[i * qd..(i + 1) * qd], pos0 + i);
-                self.rope.apply(&mut k[i * kvd..(i + 1) * kvd], pos0 + i);
-            }
+            let (mut q, mut k, v) = layer.attn.proj.project(&xn, s, d);
+            layer.attn.proj.norm_rope(&mut q, &mut k, &self.rope, c.norm_eps, pos0, d);
 
             // the compressor sees positions strictly in order: its state is a recurrence
             let comp = &layer.attn.comp;
@@ -111,7 +100,7 @@ impl Model {
                 });
             }
             let mut o = vec![0.0; s * h];
-            matmul(&att, s, &layer.attn.wo, h, qd, &mut o);
+            matmul(&att, s, &layer.attn.proj.wo, h, qd, &mut o);
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
 
             // rows this batch would overwrite in the ring are skipped: no later query reads them

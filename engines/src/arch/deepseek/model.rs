@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::arch::checkpoint_layout::Stack;
+use crate::arch::qk_norm_attn::QkNormProj;
 use crate::config::{preset_window, ArchConfig, BaseConfig, HashLayout, Preset};
 use crate::error::Result;
 use crate::fixture::Init;
@@ -73,17 +74,10 @@ impl Compressor {
     }
 }
 
-/// A layer's attention (`qd = heads · head_dim`, `kvd = kv_heads · head_dim`).
+/// A layer's attention: the q/k-normed GQA projections, then the compressor.
 #[derive(Debug, Clone)]
 pub struct Attention {
-    /// `[qd, hidden]`, `[kvd, hidden]`, `[kvd, hidden]`, `[hidden, qd]`.
-    pub wq: Vec<f32>,
-    pub wk: Vec<f32>,
-    pub wv: Vec<f32>,
-    pub wo: Vec<f32>,
-    /// `[head_dim]` each, applied per head.
-    pub q_norm: Vec<f32>,
-    pub k_norm: Vec<f32>,
+    pub proj: QkNormProj,
     pub comp: Compressor,
 }
 
@@ -115,17 +109,12 @@ impl Model {
     /// The model from `src`, every tensor named once, in checkpoint order.
     pub fn build(c: Config, src: &mut dyn Source, hash: String) -> Result<Model> {
         let (h, hd) = (c.hidden, c.head_dim);
-        let (qd, kvd) = (c.heads * hd, c.kv_heads * hd);
+        let kvd = c.kv_heads * hd;
         let stack = Stack::build(src, &c, |t, i| {
             let (ratio, overlap) = (layer_ratio(&c, i), layer_overlap(&c, i));
             let coff = 1 + usize::from(overlap);
             Ok(Attention {
-                wq: t.linear("self_attn.q_proj.weight", qd, h)?,
-                wk: t.linear("self_attn.k_proj.weight", kvd, h)?,
-                wv: t.linear("self_attn.v_proj.weight", kvd, h)?,
-                wo: t.linear("self_attn.o_proj.weight", h, qd)?,
-                q_norm: t.norm("self_attn.q_norm.weight", hd)?,
-                k_norm: t.norm("self_attn.k_norm.weight", hd)?,
+                proj: QkNormProj::load(t, &c)?,
                 comp: Compressor {
                     ratio,
                     overlap,

@@ -10,6 +10,7 @@
 use rayon::prelude::*;
 
 use super::model::{Attn, Model};
+use crate::arch::gqa_dims::Dims;
 use crate::arch::moe_sublayer::add_moe_sublayer;
 use crate::cache::{FullCache, RowMeta};
 use crate::dump::Writer;
@@ -68,11 +69,8 @@ impl Model {
     /// them.
     fn attention(&self, norm: &[f32], a: &Attn, kv: &mut LayerKv, x: &mut [f32], b: &Batch, red: Reduction) {
         let c = &self.config;
-        let (h, hd) = (c.hidden, c.head_dim);
-        let (qd, kvd) = (c.heads * hd, c.kv_heads * hd);
-        let group = c.heads / c.kv_heads;
+        let Dims { h, hd, qd, kvd, group, scale } = Dims::of(c);
         let (s, pos0) = (b.ids.len(), b.pos0);
-        let scale = 1.0 / (hd as f32).sqrt();
         let mut xn = x.to_vec();
         rms_norm(&mut xn, norm, c.norm_eps);
         let mut q = vec![0.0; s * qd];

@@ -10,10 +10,6 @@ use crate::kernels::Rope;
 use crate::moe::Expert;
 use crate::tensors::{within, Source};
 
-fn yes() -> bool {
-    true
-}
-
 /// glm53's config: the shared base plus its options.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Config {
@@ -26,7 +22,7 @@ pub struct Config {
     #[serde(default)]
     pub draft_layers: usize,
     /// The prefix cache switch; off reproduces the cold path bit for bit.
-    #[serde(default = "yes")]
+    #[serde(default = "crate::config::on")]
     pub prefix_cache: bool,
 }
 

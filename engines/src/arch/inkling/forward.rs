@@ -8,6 +8,7 @@ use rayon::prelude::*;
 
 use super::model::Model;
 use super::state::{LayerKv, State};
+use crate::arch::gqa_dims::Dims;
 use crate::arch::moe_sublayer::add_moe_sublayer;
 use crate::arch::short_conv::short_conv;
 use crate::cache::RowMeta;
@@ -55,32 +56,20 @@ impl Model {
     /// Feed `b` into `st`, writing every cache row with `b.writer`; returns the logits of the last row.
     pub fn forward(&self, st: &mut State, b: &Batch, fault: Option<Fault>) -> Vec<f32> {
         let c = &self.config;
-        let (h, hd) = (c.hidden, c.head_dim);
-        let (qd, kvd) = (c.heads * hd, c.kv_heads * hd);
-        let group = c.heads / c.kv_heads;
+        let d = Dims::of(c);
+        let Dims { h, hd, qd, kvd, group, scale } = d;
         let s = b.ids.len();
         let pos0 = b.pos0;
-        let scale = 1.0 / (hd as f32).sqrt();
         let meta = RowMeta { pos: 0, writer: Some(b.writer) };
         let mut x = self.embed_rows(b);
 
         for (l, layer) in self.stack.layers.iter().enumerate() {
             let mut xn = x.clone();
             rms_norm(&mut xn, &layer.attn_norm, c.norm_eps);
-            let mut q = vec![0.0; s * qd];
-            let mut kraw = vec![0.0; s * kvd];
-            let mut vraw = vec![0.0; s * kvd];
-            matmul(&xn, s, &layer.attn.wq, qd, h, &mut q);
-            matmul(&xn, s, &layer.attn.wk, kvd, h, &mut kraw);
-            matmul(&xn, s, &layer.attn.wv, kvd, h, &mut vraw);
+            let (mut q, kraw, vraw) = layer.attn.proj.project(&xn, s, d);
             let mut k = self.conv_over_time(&kraw, &layer.attn.conv_k, &st.conv[l].k, pos0);
             let v = self.conv_over_time(&vraw, &layer.attn.conv_v, &st.conv[l].v, pos0);
-            rms_norm(&mut q, &layer.attn.q_norm, c.norm_eps);
-            rms_norm(&mut k, &layer.attn.k_norm, c.norm_eps);
-            for i in 0..s {
-                self.rope.apply(&mut q[i * qd..(i + 1) * qd], pos0 + i);
-                self.rope.apply(&mut k[i * kvd..(i + 1) * kvd], pos0 + i);
-            }
+            layer.attn.proj.norm_rope(&mut q, &mut k, &self.rope, c.norm_eps, pos0, d);
 
             let sliding = !layer.attn.global;
             let ring = matches!(st.kv[l], LayerKv::Ring { .. });
@@ -117,7 +106,7 @@ impl Model {
                 });
             }
             let mut o = vec![0.0; s * h];
-            matmul(&att, s, &layer.attn.wo, h, qd, &mut o);
+            matmul(&att, s, &layer.attn.proj.wo, h, qd, &mut o);
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
 
             if !append_first {

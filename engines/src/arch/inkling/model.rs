@@ -5,15 +5,12 @@
 use serde::{Deserialize, Serialize};
 
 use crate::arch::checkpoint_layout::Stack;
+use crate::arch::qk_norm_attn::QkNormProj;
 use crate::config::{preset_window, ArchConfig, BaseConfig, HashLayout, Preset};
 use crate::error::Result;
 use crate::fixture::Init;
 use crate::kernels::Rope;
 use crate::tensors::Source;
-
-fn yes() -> bool {
-    true
-}
 
 /// Inkling's config: the shared base plus its options.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -24,7 +21,7 @@ pub struct Config {
     #[serde(default)]
     pub window: usize,
     /// Store sliding layers as rings of `window` rows (false: full caches, same attention; a reference for tests).
-    #[serde(default = "yes")]
+    #[serde(default = "crate::config::on")]
     pub ring_kv: bool,
     /// Every `global_every`-th layer (1-based) is global; the rest slide.
     #[serde(default)]
@@ -71,19 +68,13 @@ impl ArchConfig for Config {
     }
 }
 
-/// A layer's attention (`qd = heads · head_dim`, `kvd = kv_heads · head_dim`).
+/// A layer's attention (`kvd = kv_heads · head_dim`).
 #[derive(Debug, Clone)]
 pub struct Attention {
     /// Global (full cache) or sliding (ring).
     pub global: bool,
-    /// `[qd, hidden]`, `[kvd, hidden]`, `[kvd, hidden]`, `[hidden, qd]`.
-    pub wq: Vec<f32>,
-    pub wk: Vec<f32>,
-    pub wv: Vec<f32>,
-    pub wo: Vec<f32>,
-    /// `[head_dim]` each, applied per head.
-    pub q_norm: Vec<f32>,
-    pub k_norm: Vec<f32>,
+    /// The q/k-normed GQA projections.
+    pub proj: QkNormProj,
     /// Depthwise short convolution over time, `[conv_kernel, kvd]` (oldest tap first; empty without a kernel).
     pub conv_k: Vec<f32>,
     pub conv_v: Vec<f32>,
@@ -105,7 +96,7 @@ impl Model {
     /// The model from `src`, every tensor named once, in checkpoint order.
     pub fn build(c: Config, src: &mut dyn Source, hash: String) -> Result<Model> {
         let (h, hd) = (c.hidden, c.head_dim);
-        let (qd, kvd) = (c.heads * hd, c.kv_heads * hd);
+        let kvd = c.kv_heads * hd;
         let conv_init = Init::Uniform((3.0 / c.conv_kernel.max(1) as f32).sqrt());
         let conv = |t: &mut dyn Source, name: &str| {
             if c.conv_kernel > 0 {
@@ -117,12 +108,7 @@ impl Model {
         let stack = Stack::build(src, &c, |t, i| {
             Ok(Attention {
                 global: c.is_global(i),
-                wq: t.linear("self_attn.q_proj.weight", qd, h)?,
-                wk: t.linear("self_attn.k_proj.weight", kvd, h)?,
-                wv: t.linear("self_attn.v_proj.weight", kvd, h)?,
-                wo: t.linear("self_attn.o_proj.weight", h, qd)?,
-                q_norm: t.norm("self_attn.q_norm.weight", hd)?,
-                k_norm: t.norm("self_attn.k_norm.weight", hd)?,
+                proj: QkNormProj::load(t, &c)?,
                 conv_k: conv(t, "self_attn.k_conv.weight")?,
                 conv_v: conv(t, "self_attn.v_conv.weight")?,
             })

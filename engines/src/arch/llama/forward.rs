@@ -10,6 +10,7 @@ use rayon::prelude::*;
 
 use super::model::Model;
 use super::state::State;
+use crate::arch::gqa_dims::Dims;
 use crate::cache::RowMeta;
 use crate::dump::Writer;
 use crate::kernels::{attend, qmatmul, rms_norm, silu};
@@ -72,11 +73,9 @@ impl Model {
     /// Feed `b` into `st`; the residual stream after the last layer, one row per position.
     pub fn hidden_states(&self, st: &mut State, b: &Batch) -> Vec<f32> {
         let c = &self.config;
-        let (h, hd, f) = (c.hidden, c.head_dim, c.ffn);
-        let (qd, kvd) = (c.heads * hd, c.kv_heads * hd);
-        let group = c.heads / c.kv_heads;
+        let Dims { h, hd, qd, kvd, group, scale } = Dims::of(c);
+        let f = c.ffn;
         let s = b.ids.len();
-        let scale = 1.0 / (hd as f32).sqrt();
         let rope = PairRope::new(c.rope_dim, c.rope_theta);
 
         // each position's rotation, once for every layer

@@ -380,20 +380,7 @@ mod tests {
     use super::*;
 
     fn info() -> EngineInfo {
-        EngineInfo {
-            arch: "test".into(),
-            preset: None,
-            slots: 2,
-            max_ctx: 64,
-            vocab: 264,
-            audio: false,
-            audio_frame_bytes: 0,
-            window: None,
-            prompt_rows: None,
-            initial_capacity: 16,
-            fault: None,
-            model_hash: "0".into(),
-        }
+        EngineInfo::test_fixture(false)
     }
 
     fn ok(endpoint: Endpoint, body: Value) -> Generate {
