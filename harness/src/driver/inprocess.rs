@@ -84,20 +84,28 @@ impl InProcessLauncher {
     /// Wrap an already opened engine (tests use this to drive hand-built engines).
     pub fn from_engine(engine: Box<dyn Engine>, label: String) -> Self {
         let info = engine.info();
-        let caps = Caps {
+        let caps = Caps::in_process((info.audio && info.audio_frame_bytes > 0).then_some(info.audio_frame_bytes));
+        InProcessLauncher { base: Mutex::new(engine), info, caps, label }
+    }
+}
+
+impl Caps {
+    /// What an engine run in this process reports: everything but prefix sharing across slots (declared with
+    /// `sharing`). Tests use it as the capabilities of a driver that can report all.
+    pub(crate) fn in_process(audio_frame_bytes: Option<usize>) -> Caps {
+        Caps {
             token_ids: true,
             reuse_count: true,
             gaps: true,
             dumps: true,
-            audio_frame_bytes: (info.audio && info.audio_frame_bytes > 0).then_some(info.audio_frame_bytes),
+            audio_frame_bytes,
             cancel_at_poll: true,
             state_bytes: true,
             kv_share: false,
             reuse_rule: None,
             chat: true,
             keeps_state_on: Vec::new(),
-        };
-        InProcessLauncher { base: Mutex::new(engine), info, caps, label }
+        }
     }
 }
 
