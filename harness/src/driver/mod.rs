@@ -92,6 +92,26 @@ pub struct Generation {
     pub pieces: Option<Vec<Vec<u8>>>,
 }
 
+#[cfg(test)]
+impl Generation {
+    /// A reply of `tokens` to a `prompt_tokens`-id prompt that stopped at its length, with no timings, gaps, reuse
+    /// count, prompt ids or pieces: the checks' tests set only the fields they look at.
+    pub(crate) fn for_test(tokens: Vec<u32>, prompt_tokens: usize) -> Self {
+        Generation {
+            tokens,
+            gaps: None,
+            reused: None,
+            prompt_tokens,
+            prefill: Duration::ZERO,
+            decode: Duration::ZERO,
+            wall: Duration::ZERO,
+            stop: StopReason::Length,
+            prompt_ids: None,
+            pieces: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum DriverError {
     /// The engine answered the request with an error; the instance is still usable.
