@@ -159,10 +159,24 @@ impl DriverError {
     }
 }
 
+/// The engine as a launcher and its instances describe it. Every launcher and driver holds one, so the traits'
+/// `info`, `caps` and `label` read it in one place.
+#[derive(Debug, Clone)]
+pub struct Profile {
+    pub label: String,
+    pub info: EngineInfo,
+    pub caps: Caps,
+}
+
 /// One engine instance: a slot state the harness drives request by request.
 pub trait Driver: Send {
-    fn info(&self) -> &EngineInfo;
-    fn caps(&self) -> &Caps;
+    fn profile(&self) -> &Profile;
+    fn info(&self) -> &EngineInfo {
+        &self.profile().info
+    }
+    fn caps(&self) -> &Caps {
+        &self.profile().caps
+    }
     fn generate(&mut self, req: &Request) -> Result<Generation, DriverError>;
     fn dump(&mut self, slot: usize) -> Result<StateDump, DriverError>;
     /// Run `req`, cancelling it at the engine's `poll`-th progress poll (0-based; engines poll between prefill
@@ -191,9 +205,16 @@ pub trait Launcher: Send + Sync {
         self.launch()
     }
     /// The engine as the manifest records it.
-    fn info(&self) -> &EngineInfo;
-    fn caps(&self) -> &Caps;
-    fn label(&self) -> String;
+    fn profile(&self) -> &Profile;
+    fn info(&self) -> &EngineInfo {
+        &self.profile().info
+    }
+    fn caps(&self) -> &Caps {
+        &self.profile().caps
+    }
+    fn label(&self) -> String {
+        self.profile().label.clone()
+    }
     /// Whether plans may run at the same time. Instances that share one server must not: their plans run one at
     /// a time, in order.
     fn parallel_plans(&self) -> bool {
