@@ -5,14 +5,14 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use kvproof::driver::{Caps, Driver, DriverError, Generation, Launcher};
+use kvproof::driver::{Caps, Driver, DriverError, Generation, Launcher, Profile};
 use kvproof::investigate;
 use kvproof::progress::Progress;
 use kvproof::record::NullSink;
 use kvproof::runner;
 use kvproof::scenario::{load_file, CaseName, Params, Scenario};
 use kvproof_engines::dump::StateDump;
-use kvproof_engines::engine::{EngineInfo, Request};
+use kvproof_engines::engine::Request;
 use kvproof_engines::fault::Fault;
 
 fn repo() -> PathBuf {
@@ -38,14 +38,8 @@ impl Launcher for Recording {
     fn launch(&self) -> Result<Box<dyn Driver>, DriverError> {
         Ok(Box::new(RecordingDriver { inner: self.inner.launch()?, log: Arc::clone(&self.log) }))
     }
-    fn info(&self) -> &EngineInfo {
-        self.inner.info()
-    }
-    fn caps(&self) -> &Caps {
-        self.inner.caps()
-    }
-    fn label(&self) -> String {
-        self.inner.label()
+    fn profile(&self) -> &Profile {
+        self.inner.profile()
     }
 }
 
@@ -56,11 +50,8 @@ impl RecordingDriver {
 }
 
 impl Driver for RecordingDriver {
-    fn info(&self) -> &EngineInfo {
-        self.inner.info()
-    }
-    fn caps(&self) -> &Caps {
-        self.inner.caps()
+    fn profile(&self) -> &Profile {
+        self.inner.profile()
     }
     fn generate(&mut self, req: &Request) -> Result<Generation, DriverError> {
         self.note(req);
@@ -205,14 +196,11 @@ impl Launcher for NoDumps {
     fn launch(&self) -> Result<Box<dyn Driver>, DriverError> {
         self.0.launch()
     }
-    fn info(&self) -> &EngineInfo {
-        self.0.info()
-    }
-    fn caps(&self) -> &Caps {
-        static CAPS: std::sync::OnceLock<Caps> = std::sync::OnceLock::new();
-        CAPS.get_or_init(|| Caps { dumps: false, ..self.0.caps().clone() })
-    }
-    fn label(&self) -> String {
-        self.0.label()
+    fn profile(&self) -> &Profile {
+        static PROFILE: std::sync::OnceLock<Profile> = std::sync::OnceLock::new();
+        PROFILE.get_or_init(|| {
+            let inner = self.0.profile();
+            Profile { caps: Caps { dumps: false, ..inner.caps.clone() }, ..inner.clone() }
+        })
     }
 }

@@ -206,19 +206,7 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn caps(audio: Option<usize>) -> Caps {
-        Caps {
-            token_ids: true,
-            reuse_count: true,
-            gaps: true,
-            dumps: true,
-            audio_frame_bytes: audio,
-            cancel_at_poll: true,
-            state_bytes: true,
-            kv_share: false,
-            reuse_rule: None,
-            chat: true,
-            keeps_state_on: Vec::new(),
-        }
+        Caps::in_process(audio)
     }
 
     const GRID_AND_SLOTS: [&str; 8] = [

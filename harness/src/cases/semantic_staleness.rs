@@ -60,21 +60,32 @@ fn unsupported(c: ContextName, p: &StalenessParams, info: &EngineInfo) -> Option
     }
 }
 
-/// Every case of the scenario, in order, and the contexts skipped with their reason.
-pub fn cases(p: &StalenessParams, seed: u64, info: &EngineInfo) -> (Vec<StaleCase>, Vec<Skipped>) {
+/// The contexts the scenario asks for that the engine supports, each with its index in `ContextName::iter()`
+/// (which seeds its cases, so a context draws the same cases whichever others run), and the skipped ones with
+/// their reason.
+fn contexts(p: &StalenessParams, info: &EngineInfo) -> (Vec<(usize, ContextName)>, Vec<Skipped>) {
     let wanted: Vec<ContextName> = p.contexts.clone().unwrap_or_else(|| ContextName::iter().collect());
-    let mut out = Vec::new();
+    let mut run = Vec::new();
     let mut skipped = Vec::new();
-    let [lo, hi] = p.user_len;
-    let m = p.max_tokens;
     for (ci, c) in ContextName::iter().enumerate() {
         if !wanted.contains(&c) {
             continue;
         }
-        if let Some(reason) = unsupported(c, p, info) {
-            skipped.push(Skipped { name: c.name().into(), reason });
-            continue;
+        match unsupported(c, p, info) {
+            Some(reason) => skipped.push(Skipped { name: c.name().into(), reason }),
+            None => run.push((ci, c)),
         }
+    }
+    (run, skipped)
+}
+
+/// Every case of the scenario, in order, and the contexts skipped with their reason.
+pub fn cases(p: &StalenessParams, seed: u64, info: &EngineInfo) -> (Vec<StaleCase>, Vec<Skipped>) {
+    let (contexts, skipped) = contexts(p, info);
+    let mut out = Vec::new();
+    let [lo, hi] = p.user_len;
+    let m = p.max_tokens;
+    for (ci, c) in contexts {
         for i in 0..p.cases {
             let seed = plan_seed(seed, (ci * MAX_CASES + i) as u64);
             let mut rng = SplitMix64::new(seed ^ 0x57A1_E000);
@@ -158,17 +169,9 @@ pub fn plans_from_text(
     info: &EngineInfo,
     entries: &[CorpusStale],
 ) -> (Vec<Plan>, Vec<Skipped>) {
-    let wanted: Vec<ContextName> = p.contexts.clone().unwrap_or_else(|| ContextName::iter().collect());
+    let (contexts, skipped) = contexts(p, info);
     let mut plans = Vec::new();
-    let mut skipped = Vec::new();
-    for (ci, c) in ContextName::iter().enumerate() {
-        if !wanted.contains(&c) {
-            continue;
-        }
-        if let Some(reason) = unsupported(c, p, info) {
-            skipped.push(Skipped { name: c.name().into(), reason });
-            continue;
-        }
+    for (ci, c) in contexts {
         let mut rng = SplitMix64::new(plan_seed(seed, ci as u64) ^ 0x7E47);
         let start = rng.below(entries.len() as u64) as usize;
         for i in 0..p.cases {

@@ -66,22 +66,9 @@ fn fired_check(reused: usize, why_it_must: &str) -> CheckResult {
 mod tests {
     use super::*;
     use crate::record::Status;
-    use kvproof_engines::engine::StopReason;
-    use std::time::Duration;
 
     fn gen(reused: Option<usize>) -> Generation {
-        Generation {
-            tokens: vec![1],
-            gaps: None,
-            reused,
-            prompt_tokens: 40,
-            prefill: Duration::ZERO,
-            decode: Duration::ZERO,
-            wall: Duration::ZERO,
-            stop: StopReason::Length,
-            prompt_ids: None,
-            pieces: None,
-        }
+        Generation { reused, ..Generation::for_test(vec![1], 40) }
     }
 
     fn statuses(r: &[CheckResult]) -> Vec<(CheckName, Status)> {

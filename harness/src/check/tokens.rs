@@ -42,22 +42,9 @@ pub fn control(cold: &Generation, control: &Generation) -> CheckResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kvproof_engines::engine::StopReason;
-    use std::time::Duration;
 
     fn gen(tokens: &[u32], gaps: &[f32]) -> Generation {
-        Generation {
-            tokens: tokens.to_vec(),
-            gaps: Some(gaps.to_vec()),
-            reused: Some(0),
-            prompt_tokens: 3,
-            prefill: Duration::ZERO,
-            decode: Duration::ZERO,
-            wall: Duration::ZERO,
-            stop: StopReason::Length,
-            prompt_ids: None,
-            pieces: None,
-        }
+        Generation { gaps: Some(gaps.to_vec()), reused: Some(0), ..Generation::for_test(tokens.to_vec(), 3) }
     }
 
     #[test]

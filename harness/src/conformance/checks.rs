@@ -111,6 +111,13 @@ struct Expect {
     stopped: bool,
 }
 
+impl Expect {
+    /// A long `ignore_eos` reply of a `prompt_len`-id prompt, ended by a STOP or CANCEL.
+    fn interrupted(prompt_len: usize, max_tokens: usize) -> Self {
+        Expect { prompt_len: Some(prompt_len), max_tokens, ignore_eos: true, stopped: true }
+    }
+}
+
 struct Probe {
     conn: Conn,
     caps: serve::Caps,
@@ -421,6 +428,26 @@ impl Probe {
         }
     }
 
+    /// The prologue every check section shares: start from a quiet stream, and do nothing once the engine is gone.
+    fn section(&mut self) -> bool {
+        self.settle();
+        !self.gone
+    }
+
+    /// `section` for checks that need a CAPS flag: when the engine does not declare it (`declared` is false), each of
+    /// `checks` is skipped, naming `flag`.
+    fn section_needing(&mut self, declared: bool, flag: &str, checks: &[&str]) -> bool {
+        if !self.section() {
+            return false;
+        }
+        if !declared {
+            for check in checks {
+                self.skip(check, format!("CAPS does not declare {flag}=1"));
+            }
+        }
+        declared
+    }
+
     /// A STOP or CANCEL that crossed its request's last DATA on the wire may find the request already retired;
     /// then the engine answers it NOT_FOUND after the DONE (docs/protocol.md), which is that frame's answer, not a
     /// stray one. Wait a moment for it; anything else that arrives is flagged as usual.
@@ -431,6 +458,30 @@ impl Probe {
                 self.stray(&g);
             }
         }
+    }
+
+    /// Start a reply long enough to be interrupted, from a short fresh prompt (which leaves the whole context for
+    /// the reply), and read it up to its first DATA: the prompt, max_tokens, the id and the answer so far.
+    fn long_request(&mut self) -> (Vec<u32>, usize, u64, Answer) {
+        let prompt = self.ids(8);
+        let max = self.long_reply(prompt.len());
+        let id = self.id();
+        let mut ans = self.start(id, submit_bytes(id, 0, &prompt, max, " ignore_eos=1"));
+        self.read(&mut ans, true);
+        (prompt, max, id, ans)
+    }
+
+    /// Send `bytes` (a STOP or CANCEL of request `id`) unless its answer has already ended, read the rest of the
+    /// answer and flag anything else that arrived. A request that ran to its limit first gets the late NOT_FOUND.
+    fn interrupt(&mut self, ans: &mut Answer, id: u64, bytes: &[u8]) {
+        if ans.end.is_none() {
+            self.send(bytes);
+            self.read(ans, false);
+            if matches!(&ans.end, Some(End::Done(_, d)) if d.length_limited == Some(true)) {
+                self.late_interrupt_answer(id);
+            }
+        }
+        self.flag_others(ans);
     }
 
     /// Send a request and read its whole answer, flagging anything else that arrives.
@@ -901,21 +952,10 @@ impl Probe {
     }
 
     fn stop_checks(&mut self) {
-        self.settle();
-        if self.gone {
+        if !self.section_needing(self.caps.flag("stop"), "stop", &["stop", "barrier"]) {
             return;
         }
-        if !self.caps.flag("stop") {
-            self.skip("stop", "CAPS does not declare stop=1");
-            self.skip("barrier", "CAPS does not declare stop=1");
-            return;
-        }
-        // a short prompt leaves the whole context for the reply
-        let prompt = self.ids(8);
-        let max = self.long_reply(prompt.len());
-        let id = self.id();
-        let mut ans = self.start(id, submit_bytes(id, 0, &prompt, max, " ignore_eos=1"));
-        self.read(&mut ans, true);
+        let (prompt, max, id, mut ans) = self.long_request();
         let fresh = 1_000_000 + id;
         let stop_fresh = format!("STOP {fresh}\n").into_bytes();
         self.send(&stop_fresh);
@@ -970,18 +1010,8 @@ impl Probe {
             }
         }
         let stop = format!("STOP {id}\n").into_bytes();
-        if ans.end.is_none() {
-            self.send(&stop);
-            self.read(&mut ans, false);
-            if matches!(&ans.end, Some(End::Done(_, d)) if d.length_limited == Some(true)) {
-                self.late_interrupt_answer(id);
-            }
-        }
-        self.flag_others(&ans);
-        self.check_done(
-            &ans,
-            &Expect { prompt_len: Some(prompt.len()), max_tokens: max, ignore_eos: true, stopped: true },
-        );
+        self.interrupt(&mut ans, id, &stop);
+        self.check_done(&ans, &Expect::interrupted(prompt.len(), max));
         let req = Self::request_of(id, &prompt, max);
         match &ans.end {
             Some(End::Done(_, d)) if d.length_limited == Some(true) => {
@@ -1034,10 +1064,7 @@ impl Probe {
         let mut bytes = submit_bytes(id, 0, &prompt, max, " ignore_eos=1");
         bytes.extend_from_slice(format!("STOP {id}\n").as_bytes());
         let ans = self.request(id, bytes.clone());
-        self.check_done(
-            &ans,
-            &Expect { prompt_len: Some(prompt.len()), max_tokens: max, ignore_eos: true, stopped: true },
-        );
+        self.check_done(&ans, &Expect::interrupted(prompt.len(), max));
         match ans.done() {
             Some(d) if d.emitted == 0 => {
                 let g = ans.end_frame().cloned();
@@ -1055,28 +1082,12 @@ impl Probe {
     }
 
     fn cancel_checks(&mut self) {
-        self.settle();
-        if self.gone {
+        if !self.section_needing(self.caps.flag("cancel"), "cancel", &["cancel"]) {
             return;
         }
-        if !self.caps.flag("cancel") {
-            self.skip("cancel", "CAPS does not declare cancel=1");
-            return;
-        }
-        let prompt = self.ids(8);
-        let max = self.long_reply(prompt.len());
-        let id = self.id();
-        let mut ans = self.start(id, submit_bytes(id, 0, &prompt, max, " ignore_eos=1"));
-        self.read(&mut ans, true);
+        let (prompt, max, id, mut ans) = self.long_request();
         let cancel = format!("CANCEL {id}\n").into_bytes();
-        if ans.end.is_none() {
-            self.send(&cancel);
-            self.read(&mut ans, false);
-            if matches!(&ans.end, Some(End::Done(_, d)) if d.length_limited == Some(true)) {
-                self.late_interrupt_answer(id);
-            }
-        }
-        self.flag_others(&ans);
+        self.interrupt(&mut ans, id, &cancel);
         match &ans.end {
             Some(End::Error(_, e)) if e.code == ErrorCode::Cancelled => {
                 self.pass("cancel", "CANCEL mid-reply answered ERROR CANCELLED");
@@ -1095,10 +1106,7 @@ impl Probe {
             }
             _ => {}
         }
-        self.check_done(
-            &ans,
-            &Expect { prompt_len: Some(prompt.len()), max_tokens: max, ignore_eos: true, stopped: true },
-        );
+        self.check_done(&ans, &Expect::interrupted(prompt.len(), max));
         self.check_reuse("a cancelled turn", &Self::request_of(id, &prompt, max), &ans);
         // the cancelled prompt, extended: a spoiled slot reuses nothing (unless the engine keeps its state)
         let mut after = prompt.clone();
@@ -1120,12 +1128,7 @@ impl Probe {
     }
 
     fn cancel_at_checks(&mut self) {
-        self.settle();
-        if self.gone {
-            return;
-        }
-        if !self.caps.flag("cancel_at") {
-            self.skip("cancel-at", "CAPS does not declare cancel_at=1");
+        if !self.section_needing(self.caps.flag("cancel_at"), "cancel_at", &["cancel-at"]) {
             return;
         }
         let tail = 64.min(self.max_ctx.saturating_sub(self.last_full.len() + 16));
@@ -1174,8 +1177,7 @@ impl Probe {
     }
 
     fn context_checks(&mut self) {
-        self.settle();
-        if self.gone {
+        if !self.section() {
             return;
         }
         if self.max_ctx > MAX_OVERFLOW_CTX {
@@ -1211,12 +1213,7 @@ impl Probe {
     }
 
     fn dump_checks(&mut self) {
-        self.settle();
-        if self.gone {
-            return;
-        }
-        if !self.caps.dump() {
-            self.skip("dump", "CAPS does not declare dump=1");
+        if !self.section_needing(self.caps.dump(), "dump", &["dump"]) {
             return;
         }
         let next = self.extension(3);
@@ -1309,12 +1306,7 @@ impl Probe {
     }
 
     fn reset_checks(&mut self) {
-        self.settle();
-        if self.gone {
-            return;
-        }
-        if !self.caps.reset() {
-            self.skip("reset", "CAPS does not declare reset=1");
+        if !self.section_needing(self.caps.reset(), "reset", &["reset"]) {
             return;
         }
         let id = self.id();
@@ -1348,8 +1340,7 @@ impl Probe {
     /// Frames that arrive while a request generates: SLOT_BUSY and DUPLICATE_ID (or, for an engine that reads its
     /// input between requests only, the second requests run after the first).
     fn concurrency_checks(&mut self) {
-        self.settle();
-        if self.gone {
+        if !self.section() {
             return;
         }
         let prompt = self.extension(4);
@@ -1439,8 +1430,7 @@ impl Probe {
     }
 
     fn text_checks(&mut self) {
-        self.settle();
-        if self.gone {
+        if !self.section() {
             return;
         }
         let echo = self.caps.echo();
@@ -1515,12 +1505,7 @@ impl Probe {
     }
 
     fn chat_checks(&mut self) {
-        self.settle();
-        if self.gone {
-            return;
-        }
-        if !self.caps.chat() {
-            self.skip("chat", "CAPS does not declare chat=1");
+        if !self.section_needing(self.caps.chat(), "chat", &["chat"]) {
             return;
         }
         let echo = self.caps.echo();
@@ -1596,8 +1581,7 @@ impl Probe {
     /// Every error code on a malformed or invalid frame, each followed by a valid request that must be answered in
     /// step.
     fn error_checks(&mut self) {
-        self.settle();
-        if self.gone {
+        if !self.section() {
             return;
         }
         let vocab = self.vocab;

@@ -23,7 +23,7 @@ use kvproof_engines::dump::StateDump;
 use kvproof_engines::engine::{EngineInfo, Request, StopReason};
 use serde_json::{json, Map, Value};
 
-use super::{Caps, ChatRequest, Driver, DriverError, Generation, Launcher};
+use super::{Caps, ChatRequest, Driver, DriverError, Generation, Launcher, Profile};
 use crate::scenario::{ColdSpec, DeclaredRule, HttpApi, HttpEngine, ResetKind};
 
 /// Bytes of one answer the driver reads at most.
@@ -569,9 +569,7 @@ pub struct HttpLauncher {
     client: Client,
     warm: Target,
     cold: Cold,
-    info: EngineInfo,
-    caps: Caps,
-    label: String,
+    profile: Profile,
 }
 
 impl HttpLauncher {
@@ -664,23 +662,25 @@ impl HttpLauncher {
             client,
             warm,
             cold,
-            info,
-            caps: Caps {
-                token_ids: false,
-                reuse_count: false,
-                gaps: false,
-                dumps: false,
-                audio_frame_bytes: None,
-                cancel_at_poll: false,
-                state_bytes: false,
-                kv_share: described.kv_share,
-                reuse_rule: None,
-                chat: true,
-                keeps_state_on: Vec::new(),
+            profile: Profile {
+                label: String::new(),
+                info,
+                caps: Caps {
+                    token_ids: false,
+                    reuse_count: false,
+                    gaps: false,
+                    dumps: false,
+                    audio_frame_bytes: None,
+                    cancel_at_poll: false,
+                    state_bytes: false,
+                    kv_share: described.kv_share,
+                    reuse_rule: None,
+                    chat: true,
+                    keeps_state_on: Vec::new(),
+                },
             },
-            label: String::new(),
         };
-        launcher.caps.reuse_rule = match (spec.reuse_rule, &described.reuse_rule) {
+        launcher.profile.caps.reuse_rule = match (spec.reuse_rule, &described.reuse_rule) {
             (Some(r), _) => Some(r),
             (None, Some(r)) => Some(
                 r.parse::<DeclaredRule>()
@@ -689,10 +689,10 @@ impl HttpLauncher {
             (None, None) => None,
         };
         let probe = launcher.probe()?;
-        launcher.caps.token_ids = probe.token_ids().is_some();
-        launcher.caps.reuse_count = probe.reused().is_some();
-        launcher.caps.gaps = probe.entries.iter().any(|e| e.top.len() >= 2);
-        launcher.label = format!(
+        launcher.profile.caps.token_ids = probe.token_ids().is_some();
+        launcher.profile.caps.reuse_count = probe.reused().is_some();
+        launcher.profile.caps.gaps = probe.entries.iter().any(|e| e.top.len() >= 2);
+        launcher.profile.label = format!(
             "{} model {} (HTTP {}; {}; reset {})",
             url,
             model,
@@ -733,8 +733,7 @@ impl HttpLauncher {
             api: self.spec.api,
             bypass,
             extra_body: self.spec.extra_body.clone().unwrap_or_default(),
-            info: self.info.clone(),
-            caps: self.caps.clone(),
+            profile: self.profile.clone(),
         }
     }
 
@@ -759,7 +758,7 @@ impl HttpLauncher {
 impl Launcher for HttpLauncher {
     /// The warm instance: the server, reset so that the plan starts from a fresh state.
     fn launch(&self) -> Result<Box<dyn Driver>, DriverError> {
-        self.reset(&self.warm.url, self.info.slots)?;
+        self.reset(&self.warm.url, self.profile.info.slots)?;
         Ok(Box::new(self.driver(self.warm.clone(), None)))
     }
 
@@ -768,7 +767,7 @@ impl Launcher for HttpLauncher {
         match &self.cold {
             Cold::Bypass { slot } => Ok(Box::new(self.driver(self.warm.clone(), Some(*slot)))),
             Cold::Server(target) => {
-                self.reset(&target.url, self.info.slots)?;
+                self.reset(&target.url, self.profile.info.slots)?;
                 Ok(Box::new(self.driver(target.clone(), None)))
             }
         }
@@ -778,16 +777,8 @@ impl Launcher for HttpLauncher {
         false
     }
 
-    fn info(&self) -> &EngineInfo {
-        &self.info
-    }
-
-    fn caps(&self) -> &Caps {
-        &self.caps
-    }
-
-    fn label(&self) -> String {
-        self.label.clone()
+    fn profile(&self) -> &Profile {
+        &self.profile
     }
 }
 
@@ -801,8 +792,7 @@ pub struct HttpDriver {
     /// `Some(slot)`: every request bypasses the cache, on `slot` (or its own slot when `None`).
     bypass: Option<Option<usize>>,
     extra_body: Map<String, Value>,
-    info: EngineInfo,
-    caps: Caps,
+    profile: Profile,
 }
 
 impl HttpDriver {
@@ -869,12 +859,8 @@ impl HttpDriver {
 }
 
 impl Driver for HttpDriver {
-    fn info(&self) -> &EngineInfo {
-        &self.info
-    }
-
-    fn caps(&self) -> &Caps {
-        &self.caps
+    fn profile(&self) -> &Profile {
+        &self.profile
     }
 
     fn generate(&mut self, req: &Request) -> Result<Generation, DriverError> {

@@ -7,27 +7,25 @@ use std::time::Instant;
 
 use kvproof_engines::config::Preset;
 use kvproof_engines::dump::StateDump;
-use kvproof_engines::engine::{Engine, EngineInfo, Flow, NoObserver, Observer, Request};
+use kvproof_engines::engine::{Engine, Flow, NoObserver, Observer, Request};
 use kvproof_engines::error::EngineError;
 use kvproof_engines::fault::Fault;
 
 use kvproof_engines::text_tokenizer::TextTokenizer;
 
-use super::{Caps, ChatRequest, Driver, DriverError, Generation, Launcher};
+use super::{Caps, ChatRequest, Driver, DriverError, Generation, Launcher, Profile};
 use crate::scenario::engine_config::{self, ConfigOverrides};
 
 /// Opens fresh instances of one bundled engine.
 pub struct InProcessLauncher {
     /// `Engine` is `Send` but not `Sync`: cloning a fresh state goes through the lock.
     base: Mutex<Box<dyn Engine>>,
-    info: EngineInfo,
-    caps: Caps,
-    label: String,
+    profile: Profile,
 }
 
 impl std::fmt::Debug for InProcessLauncher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InProcessLauncher").field("label", &self.label).finish()
+        f.debug_struct("InProcessLauncher").field("label", &self.profile.label).finish()
     }
 }
 
@@ -77,27 +75,35 @@ impl InProcessLauncher {
 
     /// Declare whether the engine shares prefixes across slots (the oracle cannot read it from `EngineInfo`).
     pub fn sharing(mut self, kv_share: bool) -> Self {
-        self.caps.kv_share = kv_share;
+        self.profile.caps.kv_share = kv_share;
         self
     }
 
     /// Wrap an already opened engine (tests use this to drive hand-built engines).
     pub fn from_engine(engine: Box<dyn Engine>, label: String) -> Self {
         let info = engine.info();
-        let caps = Caps {
+        let caps = Caps::in_process((info.audio && info.audio_frame_bytes > 0).then_some(info.audio_frame_bytes));
+        InProcessLauncher { base: Mutex::new(engine), profile: Profile { label, info, caps } }
+    }
+}
+
+impl Caps {
+    /// What an engine run in this process reports: everything but prefix sharing across slots (declared with
+    /// `sharing`). Tests use it as the capabilities of a driver that can report all.
+    pub(crate) fn in_process(audio_frame_bytes: Option<usize>) -> Caps {
+        Caps {
             token_ids: true,
             reuse_count: true,
             gaps: true,
             dumps: true,
-            audio_frame_bytes: (info.audio && info.audio_frame_bytes > 0).then_some(info.audio_frame_bytes),
+            audio_frame_bytes,
             cancel_at_poll: true,
             state_bytes: true,
             kv_share: false,
             reuse_rule: None,
             chat: true,
             keeps_state_on: Vec::new(),
-        };
-        InProcessLauncher { base: Mutex::new(engine), info, caps, label }
+        }
     }
 }
 
@@ -105,16 +111,10 @@ impl Launcher for InProcessLauncher {
     fn launch(&self) -> Result<Box<dyn Driver>, DriverError> {
         let engine = self.base.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).fresh();
         let text = engine.text();
-        Ok(Box::new(InProcess { engine, text, info: self.info.clone(), caps: self.caps.clone() }))
+        Ok(Box::new(InProcess { engine, text, profile: self.profile.clone() }))
     }
-    fn info(&self) -> &EngineInfo {
-        &self.info
-    }
-    fn caps(&self) -> &Caps {
-        &self.caps
-    }
-    fn label(&self) -> String {
-        self.label.clone()
+    fn profile(&self) -> &Profile {
+        &self.profile
     }
 }
 
@@ -123,8 +123,7 @@ pub struct InProcess {
     engine: Box<dyn Engine>,
     /// The engine's tokenizer and chat template, for conversations sent as text.
     text: Arc<dyn TextTokenizer>,
-    info: EngineInfo,
-    caps: Caps,
+    profile: Profile,
 }
 
 /// The protocol's error code for an engine error, so in-process and stdio failures compare alike.
@@ -146,11 +145,8 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 }
 
 impl Driver for InProcess {
-    fn info(&self) -> &EngineInfo {
-        &self.info
-    }
-    fn caps(&self) -> &Caps {
-        &self.caps
+    fn profile(&self) -> &Profile {
+        &self.profile
     }
 
     fn generate(&mut self, req: &Request) -> Result<Generation, DriverError> {

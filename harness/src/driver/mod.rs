@@ -92,6 +92,26 @@ pub struct Generation {
     pub pieces: Option<Vec<Vec<u8>>>,
 }
 
+#[cfg(test)]
+impl Generation {
+    /// A reply of `tokens` to a `prompt_tokens`-id prompt that stopped at its length, with no timings, gaps, reuse
+    /// count, prompt ids or pieces: the checks' tests set only the fields they look at.
+    pub(crate) fn for_test(tokens: Vec<u32>, prompt_tokens: usize) -> Self {
+        Generation {
+            tokens,
+            gaps: None,
+            reused: None,
+            prompt_tokens,
+            prefill: Duration::ZERO,
+            decode: Duration::ZERO,
+            wall: Duration::ZERO,
+            stop: StopReason::Length,
+            prompt_ids: None,
+            pieces: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum DriverError {
     /// The engine answered the request with an error; the instance is still usable.
@@ -139,10 +159,24 @@ impl DriverError {
     }
 }
 
+/// The engine as a launcher and its instances describe it. Every launcher and driver holds one, so the traits'
+/// `info`, `caps` and `label` read it in one place.
+#[derive(Debug, Clone)]
+pub struct Profile {
+    pub label: String,
+    pub info: EngineInfo,
+    pub caps: Caps,
+}
+
 /// One engine instance: a slot state the harness drives request by request.
 pub trait Driver: Send {
-    fn info(&self) -> &EngineInfo;
-    fn caps(&self) -> &Caps;
+    fn profile(&self) -> &Profile;
+    fn info(&self) -> &EngineInfo {
+        &self.profile().info
+    }
+    fn caps(&self) -> &Caps {
+        &self.profile().caps
+    }
     fn generate(&mut self, req: &Request) -> Result<Generation, DriverError>;
     fn dump(&mut self, slot: usize) -> Result<StateDump, DriverError>;
     /// Run `req`, cancelling it at the engine's `poll`-th progress poll (0-based; engines poll between prefill
@@ -171,9 +205,16 @@ pub trait Launcher: Send + Sync {
         self.launch()
     }
     /// The engine as the manifest records it.
-    fn info(&self) -> &EngineInfo;
-    fn caps(&self) -> &Caps;
-    fn label(&self) -> String;
+    fn profile(&self) -> &Profile;
+    fn info(&self) -> &EngineInfo {
+        &self.profile().info
+    }
+    fn caps(&self) -> &Caps {
+        &self.profile().caps
+    }
+    fn label(&self) -> String {
+        self.profile().label.clone()
+    }
     /// Whether plans may run at the same time. Instances that share one server must not: their plans run one at
     /// a time, in order.
     fn parallel_plans(&self) -> bool {

@@ -15,7 +15,7 @@ use kvproof_engines::engine::{EngineInfo, NoObserver, Request};
 use kvproof_engines::fault::Fault;
 use kvproof_engines::serve::{self, ClientError, ClientReply, StdioEngine, SubmitExtras};
 
-use super::{Caps, ChatRequest, Driver, DriverError, Generation, Launcher};
+use super::{Caps, ChatRequest, Driver, DriverError, Generation, Launcher, Profile};
 use crate::scenario::engine_config::{self, ConfigOverrides};
 use crate::scenario::{Cold, DeclaredRule};
 
@@ -27,12 +27,10 @@ pub const BUNDLED_TIMEOUT_MS: u64 = 60_000;
 pub struct StdioLauncher {
     command: Vec<String>,
     timeout: Duration,
-    info: EngineInfo,
-    caps: Caps,
+    profile: Profile,
     /// The engine's own CAPS, for what the driver needs beyond `Caps` (echo).
     echo: bool,
     dump_dir: PathBuf,
-    label: String,
     /// With `cold: reset`: the one process every cold run uses, reset before each.
     cold: Option<Arc<ColdProcess>>,
 }
@@ -175,13 +173,20 @@ impl StdioLauncher {
             Cold::Reset => format!("`{}` (stdio, {})", command.join(" "), Cold::RESET_NOTE),
         };
         let cold = (cold == Cold::Reset).then(|| Arc::new(ColdProcess::default()));
-        Ok(StdioLauncher { command, timeout, info, caps, echo: engine_caps.echo(), dump_dir, label, cold })
+        Ok(StdioLauncher {
+            command,
+            timeout,
+            profile: Profile { label, info, caps },
+            echo: engine_caps.echo(),
+            dump_dir,
+            cold,
+        })
     }
 
     /// The scenario's rule for the engine, over whatever its CAPS declare.
     pub fn with_reuse_rule(mut self, rule: Option<DeclaredRule>) -> Self {
         if rule.is_some() {
-            self.caps.reuse_rule = rule;
+            self.profile.caps.reuse_rule = rule;
         }
         self
     }
@@ -195,15 +200,14 @@ impl StdioLauncher {
                 *program = name.to_string_lossy().into_owned();
             }
         }
-        self.label = format!("{label}: {}", shown.join(" "));
+        self.profile.label = format!("{label}: {}", shown.join(" "));
         self
     }
 
     fn driver(&self, engine: StdioEngine) -> StdioDriver {
         StdioDriver {
             engine,
-            info: self.info.clone(),
-            caps: self.caps.clone(),
+            profile: self.profile.clone(),
             echo: self.echo,
             timeout: self.timeout,
             dump_dir: self.dump_dir.clone(),
@@ -249,14 +253,8 @@ impl Launcher for StdioLauncher {
         Ok(Box::new(ResetCold { driver: Some(self.driver(engine)), pool: Arc::clone(pool) }))
     }
 
-    fn info(&self) -> &EngineInfo {
-        &self.info
-    }
-    fn caps(&self) -> &Caps {
-        &self.caps
-    }
-    fn label(&self) -> String {
-        self.label.clone()
+    fn profile(&self) -> &Profile {
+        &self.profile
     }
 }
 
@@ -314,15 +312,9 @@ impl Drop for ResetCold {
 }
 
 impl Driver for ResetCold {
-    fn info(&self) -> &EngineInfo {
+    fn profile(&self) -> &Profile {
         match &self.driver {
-            Some(d) => &d.info,
-            None => unreachable!("the driver is only taken on drop"),
-        }
-    }
-    fn caps(&self) -> &Caps {
-        match &self.driver {
-            Some(d) => &d.caps,
+            Some(d) => &d.profile,
             None => unreachable!("the driver is only taken on drop"),
         }
     }
@@ -343,8 +335,7 @@ impl Driver for ResetCold {
 /// One engine process.
 pub struct StdioDriver {
     engine: StdioEngine,
-    info: EngineInfo,
-    caps: Caps,
+    profile: Profile,
     echo: bool,
     timeout: Duration,
     dump_dir: PathBuf,
@@ -405,11 +396,8 @@ impl StdioDriver {
 }
 
 impl Driver for StdioDriver {
-    fn info(&self) -> &EngineInfo {
-        &self.info
-    }
-    fn caps(&self) -> &Caps {
-        &self.caps
+    fn profile(&self) -> &Profile {
+        &self.profile
     }
 
     fn generate(&mut self, req: &Request) -> Result<Generation, DriverError> {
@@ -417,14 +405,14 @@ impl Driver for StdioDriver {
     }
 
     fn generate_cancel_at(&mut self, req: &Request, poll: usize) -> Result<Generation, DriverError> {
-        if !self.caps.cancel_at_poll {
+        if !self.profile.caps.cancel_at_poll {
             return Err(DriverError::Unsupported("the engine's CAPS do not offer cancel_at=N".into()));
         }
         self.submit(req, SubmitExtras { cancel_at: Some(poll), ..SubmitExtras::default() })
     }
 
     fn generate_chat(&mut self, req: &ChatRequest) -> Result<Generation, DriverError> {
-        if !self.caps.chat {
+        if !self.profile.caps.chat {
             return Err(DriverError::Unsupported("the engine's CAPS do not offer chat=1".into()));
         }
         let reply = self
@@ -435,7 +423,7 @@ impl Driver for StdioDriver {
     }
 
     fn dump(&mut self, slot: usize) -> Result<StateDump, DriverError> {
-        if !self.caps.dumps {
+        if !self.profile.caps.dumps {
             return Err(DriverError::Unsupported("the engine's CAPS do not offer DUMP".into()));
         }
         std::fs::create_dir_all(&self.dump_dir)

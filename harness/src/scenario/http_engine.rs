@@ -190,6 +190,20 @@ fn completions() -> HttpApi {
     HttpApi::Completions
 }
 
+/// `engine.timeout_ms` as every engine kind reads it: the default when absent, and never zero.
+pub(super) fn parse_timeout_ms(raw: Option<u64>) -> Result<u64, String> {
+    let timeout_ms = raw.unwrap_or_else(default_timeout_ms);
+    if timeout_ms == 0 {
+        return Err("engine.timeout_ms: must be positive".into());
+    }
+    Ok(timeout_ms)
+}
+
+/// `engine.reuse_rule` as every engine kind reads it.
+pub(super) fn parse_reuse_rule(raw: Option<String>) -> Result<Option<DeclaredRule>, String> {
+    raw.map(|r| r.parse::<DeclaredRule>().map_err(|e| format!("engine.reuse_rule: {e}"))).transpose()
+}
+
 pub fn default_timeout_ms() -> u64 {
     60_000
 }
@@ -278,14 +292,8 @@ impl HttpEngine {
                 ));
             }
         }
-        let timeout_ms = raw.timeout_ms.unwrap_or_else(default_timeout_ms);
-        if timeout_ms == 0 {
-            return Err("engine.timeout_ms: must be positive".into());
-        }
-        let reuse_rule = match raw.reuse_rule {
-            Some(r) => Some(r.parse::<DeclaredRule>().map_err(|e| format!("engine.reuse_rule: {e}"))?),
-            None => None,
-        };
+        let timeout_ms = parse_timeout_ms(raw.timeout_ms)?;
+        let reuse_rule = parse_reuse_rule(raw.reuse_rule)?;
         Ok(HttpEngine {
             url,
             model,

@@ -258,10 +258,6 @@ pub enum EngineSpec {
     Http(HttpEngine),
 }
 
-fn default_timeout_ms() -> u64 {
-    http_engine::default_timeout_ms()
-}
-
 impl EngineSpec {
     /// A short label for tables and logs.
     pub fn label(&self) -> String {
@@ -478,14 +474,8 @@ impl TryFrom<RawEngine> for EngineSpec {
                 if command.is_empty() || command[0].is_empty() {
                     return Err("engine.command: must name a program".into());
                 }
-                let timeout_ms = raw.timeout_ms.unwrap_or_else(default_timeout_ms);
-                if timeout_ms == 0 {
-                    return Err("engine.timeout_ms: must be positive".into());
-                }
-                let reuse_rule = match raw.reuse_rule {
-                    Some(r) => Some(r.parse::<DeclaredRule>().map_err(|e| format!("engine.reuse_rule: {e}"))?),
-                    None => None,
-                };
+                let timeout_ms = http_engine::parse_timeout_ms(raw.timeout_ms)?;
+                let reuse_rule = http_engine::parse_reuse_rule(raw.reuse_rule)?;
                 Ok(EngineSpec::Command { command, timeout_ms, reuse_rule, cold })
             }
         }
