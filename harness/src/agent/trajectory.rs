@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::calls::{self, ParsedCall};
 use super::sandbox::Sandbox;
-use crate::record::{AgentStep, Assertion, AssertionResult, ToolCall};
+use super::step::{AgentStep, Assertion, AssertionResult, ToolCall};
 use crate::scenario::params::{AgentTask, ToolName};
 
 /// Words whose presence in a reply counts as acknowledging the previous tool error (lower case).
