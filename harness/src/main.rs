@@ -1,6 +1,7 @@
 //! `kvproof`: turns scenario files into verdicts a CI can act on. See `kvproof --help` and the README.
 
 mod cli;
+mod error_text;
 
 use std::process::ExitCode;
 
@@ -12,7 +13,7 @@ fn main() -> ExitCode {
     match cli::main(args) {
         Ok(code) => ExitCode::from(code as u8),
         Err(e) => {
-            eprintln!("kvproof: error: {e:#}");
+            eprintln!("kvproof: error: {}", error_text::render(&e));
             ExitCode::from(kvproof::exit::USAGE as u8)
         }
     }
