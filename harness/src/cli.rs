@@ -9,6 +9,8 @@ use clap::{Parser, Subcommand};
 use kvproof::exit;
 use kvproof::record::CheckName;
 use kvproof::record::Summary;
+use kvproof::report::out_dir::{self, Layout};
+use kvproof::report::safe_file;
 use kvproof::scenario::{self, CaseName, Kind};
 use kvproof::session::{self, RunOptions};
 use kvproof::{conformance, mutants, progress, report, stats};
@@ -37,9 +39,12 @@ enum Cmd {
         /// Scenario files or folders (their *.json, schema.json excluded).
         #[arg(required = true, value_name = "SCENARIO|DIR")]
         paths: Vec<PathBuf>,
-        /// The run folder [default: reports/<UTC time>].
+        /// The run folder [default: reports/<UTC time>]; refused when it holds files, unless --force.
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
+        /// Use a --out folder that already holds files: kvproof's own files there are replaced, others kept.
+        #[arg(long)]
+        force: bool,
         /// Turn on one named fault in every bundled engine (`none`: force clean engines). See `kvproof list`.
         #[arg(long, value_name = "F", value_parser = parse_fault)]
         fault: Option<FaultArg>,
@@ -60,8 +65,12 @@ enum Cmd {
         preset: Preset,
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// The model folder; refused when it holds files, unless --force.
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
+        /// Use a --out folder that already holds files: kvproof's own files there are replaced, others kept.
+        #[arg(long)]
+        force: bool,
     },
     /// Rebuild summary.md and junit.xml of a run folder from run.json and results.jsonl alone.
     #[command(after_help = EXIT_CODES)]
@@ -99,8 +108,12 @@ enum Cmd {
         cold: bool,
         #[arg(long, value_name = "F", value_parser = parse_fault)]
         fault: Option<FaultArg>,
+        /// The dump file; refused when it exists, unless --force.
         #[arg(long, value_name = "FILE")]
         out: PathBuf,
+        /// Replace an existing --out file (a link there is replaced, not written through).
+        #[arg(long)]
+        force: bool,
     },
     /// Rerun one case, dumping warm and cold after every turn, and tell where the states first part.
     Investigate {
@@ -110,9 +123,13 @@ enum Cmd {
         case: String,
         #[arg(long, value_name = "F", value_parser = parse_fault)]
         fault: Option<FaultArg>,
-        /// Where the per-turn dumps and diffs go [default: reports/investigate-<UTC time>].
+        /// Where the per-turn dumps and diffs go [default: reports/investigate-<UTC time>]; refused when it
+        /// holds files, unless --force.
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
+        /// Use a --out folder that already holds files: kvproof's own files there are replaced, others kept.
+        #[arg(long)]
+        force: bool,
     },
     /// Benchmark the dump diff on large synthetic dumps next to a plain byte comparison (GB/s).
     BenchDiff {
@@ -129,9 +146,13 @@ enum Cmd {
         /// Scenario files or folders [default: scenarios/pr].
         #[arg(value_name = "SCENARIO|DIR")]
         paths: Vec<PathBuf>,
-        /// The sweep's folder (one run folder per pass) [default: reports/mutants-<UTC time>].
+        /// The sweep's folder (one run folder per pass) [default: reports/mutants-<UTC time>]; refused when it
+        /// holds files, unless --force.
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
+        /// Use a --out folder that already holds files: kvproof's own files there are replaced, others kept.
+        #[arg(long)]
+        force: bool,
         #[arg(long)]
         json: bool,
     },
@@ -191,9 +212,10 @@ fn load(paths: &[PathBuf]) -> Result<Vec<scenario::Scenario>> {
 pub fn main(cli: Cli) -> Result<i32> {
     let argv: Vec<String> = std::env::args().collect();
     match cli.command {
-        Cmd::Run { paths, out, fault, json } => {
+        Cmd::Run { paths, out, force, fault, json } => {
             let scenarios = load(&paths)?;
             let out = out.unwrap_or_else(|| session::default_out(Path::new("reports"), ""));
+            out_dir::make_room(&out, Layout::Run, force)?;
             let opts = RunOptions {
                 out: out.clone(),
                 fault: fault.map(|f| f.0),
@@ -224,18 +246,20 @@ pub fn main(cli: Cli) -> Result<i32> {
             }
             Ok(if d.identical() { exit::PASS } else { exit::FAIL })
         }
-        Cmd::Dump { scenario, case, turn, cold, fault, out } => {
+        Cmd::Dump { scenario, case, turn, cold, fault, out, force } => {
             let scenarios = load(std::slice::from_ref(&scenario))?;
             let s = scenarios.first().context("no scenario")?;
             let dump = kvproof::investigate::dump_turn(s, &case, fault.map(|f| f.0), turn, cold)?;
+            make_room_for_file(&out, force)?;
             let bytes = kvproof_engines::dump::write_file(&dump, &out)?;
             println!("wrote {} ({bytes} bytes, {} positions)", out.display(), dump.meta.len);
             Ok(exit::PASS)
         }
-        Cmd::Investigate { scenario, case, fault, out } => {
+        Cmd::Investigate { scenario, case, fault, out, force } => {
             let scenarios = load(std::slice::from_ref(&scenario))?;
             let s = scenarios.first().context("no scenario")?;
             let out = out.unwrap_or_else(|| session::default_out(Path::new("reports"), "investigate-"));
+            out_dir::make_room(&out, Layout::Investigate, force)?;
             print!("{}", kvproof::investigate::investigate(s, &case, fault.map(|f| f.0), &out)?);
             Ok(exit::PASS)
         }
@@ -262,7 +286,8 @@ pub fn main(cli: Cli) -> Result<i32> {
             list(json)?;
             Ok(exit::PASS)
         }
-        Cmd::Fixture { arch, preset, seed, out } => {
+        Cmd::Fixture { arch, preset, seed, out, force } => {
+            out_dir::make_room(&out, Layout::Fixture, force)?;
             kvproof_engines::fixture::write_dir(&arch, preset, seed, &out)
                 .with_context(|| format!("writing the {arch}/{preset} fixture to {}", out.display()))?;
             println!("wrote {arch}/{preset} seed {seed} to {}", out.display());
@@ -288,13 +313,14 @@ pub fn main(cli: Cli) -> Result<i32> {
             print_summary(&summary, &dir);
             Ok(if summary.pass { exit::PASS } else { exit::FAIL })
         }
-        Cmd::Mutants { paths, out, json } => {
+        Cmd::Mutants { paths, out, force, json } => {
             let paths = if paths.is_empty() { vec![PathBuf::from("scenarios/pr")] } else { paths };
             let scenarios = load(&paths)?;
             if mutants::faults_of(&scenarios)?.is_empty() {
                 bail!("none of the scenarios uses a bundled engine with faults: nothing to mutate");
             }
             let out = out.unwrap_or_else(|| session::default_out(Path::new("reports"), "mutants-"));
+            out_dir::make_room(&out, Layout::Mutants, force)?;
             let show = !json;
             let mut on_pass = |r: &mutants::MutantRow| {
                 if show {
@@ -311,11 +337,9 @@ pub fn main(cli: Cli) -> Result<i32> {
             };
             let report = mutants::sweep(&scenarios, &out, show && progress::wanted(), &argv, &mut on_pass)?;
             let md = mutants::render_markdown(&report);
-            std::fs::write(out.join("mutants.md"), &md)
-                .with_context(|| format!("{}", out.join("mutants.md").display()))?;
+            safe_file::replace(&out.join(out_dir::MUTANTS_MD), md.as_bytes())?;
             let js = serde_json::to_string_pretty(&report)?;
-            std::fs::write(out.join("mutants.json"), format!("{js}\n"))
-                .with_context(|| format!("{}", out.join("mutants.json").display()))?;
+            safe_file::replace(&out.join(out_dir::MUTANTS_JSON), format!("{js}\n").as_bytes())?;
             if json {
                 println!("{js}");
             } else {
@@ -326,11 +350,24 @@ pub fn main(cli: Cli) -> Result<i32> {
                 if report.clean.failed {
                     println!("the clean run failed: see {}/summary.md", report.clean.out.display());
                 }
-                println!("report: {}", out.join("mutants.md").display());
+                println!("report: {}", out.join(out_dir::MUTANTS_MD).display());
             }
             Ok(if report.ok() { exit::PASS } else { exit::FAIL })
         }
     }
+}
+
+/// Make room for a single output file: an existing one (or a link) is refused unless `force`, which removes it
+/// (a link itself, never what it points to) so the file is written afresh.
+fn make_room_for_file(path: &Path, force: bool) -> Result<()> {
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return Ok(()) };
+    if meta.is_dir() {
+        bail!("{} is a folder; --out names the dump file", path.display());
+    }
+    if !force {
+        bail!("{} exists: choose another file, or pass --force to replace it", path.display());
+    }
+    std::fs::remove_file(path).with_context(|| format!("replacing {}", path.display()))
 }
 
 fn print_summary(summary: &Summary, dir: &Path) {

@@ -305,7 +305,7 @@ pub fn write_sessions(dir: &Path, trials: &[TrialRecord]) -> Result<bool, Report
         let _ = std::fs::remove_file(&path);
         return Ok(false);
     }
-    std::fs::write(&path, sessions_markdown(trials)).map_err(|source| ReportError::Io { path, source })?;
+    super::safe_file::replace(&path, sessions_markdown(trials).as_bytes())?;
     Ok(true)
 }
 

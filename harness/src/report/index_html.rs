@@ -246,8 +246,12 @@ fn files_under(dir: &Path, sub: &str) -> Vec<String> {
         let Ok(entries) = std::fs::read_dir(&d) else { continue };
         for e in entries.flatten() {
             let p = e.path();
-            if p.is_dir() {
+            // The entry's own type: a link is neither descended into nor listed.
+            let Ok(kind) = e.file_type() else { continue };
+            if kind.is_dir() {
                 stack.push(p);
+            } else if !kind.is_file() {
+                continue;
             } else if let Ok(r) = p.strip_prefix(dir) {
                 out.push(r.to_string_lossy().replace('\\', "/"));
             }

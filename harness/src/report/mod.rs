@@ -7,8 +7,10 @@ pub mod agentic;
 pub mod growth;
 pub mod index_html;
 pub mod junit;
+pub mod out_dir;
 pub mod plots;
 pub mod results;
+pub mod safe_file;
 pub mod staleness;
 pub mod summary;
 
@@ -37,17 +39,23 @@ pub enum ReportError {
     Parse { path: PathBuf, line: usize, column: usize, message: String },
     #[error("{path}: {message}")]
     Invalid { path: PathBuf, message: String },
+    #[error(
+        "{dir} is not empty (it holds {found}): choose a new or empty folder, or pass --force to replace \
+         kvproof's own files there (other files are kept)"
+    )]
+    NotEmpty { dir: PathBuf, found: String },
 }
+
+/// The largest run.json `kvproof report` reads (a manifest lists scenarios, not trials: kilobytes).
+pub const MAX_MANIFEST_BYTES: u64 = 16 << 20;
 
 fn io(path: &Path) -> impl Fn(std::io::Error) -> ReportError + '_ {
     move |source| ReportError::Io { path: path.to_path_buf(), source }
 }
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
-    // Write then rename: a reader never sees half a manifest or summary.
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).map_err(io(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io(path))
+    // Write then rename: a reader never sees half a manifest or summary, and a link at the name is replaced.
+    safe_file::replace(path, bytes)
 }
 
 /// Write `name` in `dir` with one CSV row per item of `rows`; no file (an old one is removed) when there are none.
@@ -58,11 +66,12 @@ pub(crate) fn write_csv_rows<R: serde::Serialize>(dir: &Path, name: &str, rows: 
         return Ok(false);
     }
     let bad = |e: csv::Error| ReportError::Invalid { path: path.clone(), message: e.to_string() };
-    let mut w = csv::Writer::from_path(&path).map_err(bad)?;
+    let mut w = csv::Writer::from_writer(Vec::new());
     for row in rows {
         w.serialize(row).map_err(bad)?;
     }
-    w.flush().map_err(io(&path))?;
+    let bytes = w.into_inner().map_err(|e| ReportError::Invalid { path: path.clone(), message: e.to_string() })?;
+    write_atomic(&path, &bytes)?;
     Ok(true)
 }
 
@@ -75,8 +84,8 @@ pub fn write_manifest(dir: &Path, manifest: &Manifest) -> Result<(), ReportError
 
 pub fn read_manifest(dir: &Path) -> Result<Manifest, ReportError> {
     let path = dir.join(RUN_JSON);
-    let text = std::fs::read_to_string(&path).map_err(io(&path))?;
-    serde_json::from_str(&text).map_err(|e| ReportError::Parse {
+    let bytes = safe_file::read_bounded(&path, MAX_MANIFEST_BYTES)?;
+    serde_json::from_slice(&bytes).map_err(|e| ReportError::Parse {
         path: path.clone(),
         line: e.line(),
         column: e.column(),
@@ -99,18 +108,12 @@ pub struct RunWriter {
 pub const MAX_CAPTURES: usize = 20;
 
 impl RunWriter {
-    /// Create the run folder's streaming files (truncating any from an earlier run of the same name).
+    /// Create the run folder's streaming files in `dir`, which must hold none of a run's files
+    /// ([`out_dir::require_fresh`]): a run never overwrites another, nor writes through a link.
     pub fn create(dir: &Path) -> Result<Self, ReportError> {
-        std::fs::create_dir_all(dir).map_err(io(dir))?;
-        let rpath = dir.join(RESULTS);
-        let results = File::create(&rpath).map_err(io(&rpath))?;
-        let tpath = dir.join(TURNS);
-        let turns = csv::Writer::from_path(&tpath)
-            .map_err(|e| ReportError::Invalid { path: tpath.clone(), message: e.to_string() })?;
-        // Remove stale summaries: they would describe another run until this one finishes.
-        let _ = std::fs::remove_file(dir.join(SUMMARY));
-        let _ = std::fs::remove_file(dir.join(JUNIT));
-        let _ = std::fs::remove_file(dir.join(index_html::INDEX));
+        out_dir::require_fresh(dir)?;
+        let results = safe_file::create_new(&dir.join(RESULTS))?;
+        let turns = csv::Writer::from_writer(safe_file::create_new(&dir.join(TURNS))?);
         Ok(RunWriter {
             dir: dir.to_path_buf(),
             results: Mutex::new(BufWriter::new(results)),

@@ -18,6 +18,16 @@ use crate::record::TrialRecord;
 
 pub const PLOTS_DIR: &str = "plots";
 
+/// How the names of the plots [`draw_run`] draws begin (each is `<name>.svg` and `<name>.png`).
+const PLOT_PREFIXES: [&str; 7] =
+    ["growth-wall-", "growth-reuse-", "bounds", "staleness-", "agentic-wall-", "agentic-assertions-", "heatmap-"];
+
+/// Whether `name` is a plot [`draw_run`] draws (other files in plots/ are someone else's and are kept).
+pub fn is_plot_file(name: &str) -> bool {
+    let stem = name.strip_suffix(".svg").or_else(|| name.strip_suffix(".png"));
+    stem.is_some_and(|s| PLOT_PREFIXES.iter().any(|p| s.starts_with(p)))
+}
+
 /// Scenarios per bounds chart: more would crowd the labels.
 const BARS_PER_CHART: usize = 6;
 /// Heatmaps drawn per run: each diffs two dumps again.
@@ -125,11 +135,15 @@ fn growth_charts(scenario: &str, turns: &[GrowthTurn]) -> (LineChart, LineChart)
 /// Redraw every plot of the run folder `dir`; returns them in the order index.html shows them.
 pub fn draw_run(dir: &Path, summary: &Summary, trials: &[TrialRecord]) -> Result<Vec<Plot>, ReportError> {
     let out = dir.join(PLOTS_DIR);
-    // A folder reused by a new run must not keep the old run's plots.
-    if out.exists() {
-        std::fs::remove_dir_all(&out).map_err(|source| ReportError::Io { path: out.clone(), source })?;
+    // A rebuilt report must not keep plots of the old one; other files in plots/ are kept, and a link at
+    // plots/ or at a plot's name is removed, so the drawing below creates every file afresh.
+    if std::fs::symlink_metadata(&out).is_ok_and(|m| m.file_type().is_symlink()) {
+        std::fs::remove_file(&out).map_err(|source| ReportError::Io { path: out.clone(), source })?;
     }
-    std::fs::create_dir_all(&out).map_err(|source| ReportError::Io { path: out.clone(), source })?;
+    if out.is_dir() {
+        super::out_dir::clear_own(&out, super::out_dir::Layout::Plots)?;
+    }
+    super::safe_file::ensure_dir(&out)?;
     let mut plots = Vec::new();
 
     let mut by_scenario: BTreeMap<&str, Vec<&TrialRecord>> = BTreeMap::new();
@@ -262,7 +276,8 @@ pub fn draw_run(dir: &Path, summary: &Summary, trials: &[TrialRecord]) -> Result
         .enumerate()
     {
         let src = dir.join(&rdir).join(provenance::capture::DIFF_JSON);
-        if !src.is_file() {
+        // results::read checked `rdir` stays inside the run folder; the file itself must not be a link either.
+        if !std::fs::symlink_metadata(&src).is_ok_and(|m| m.is_file()) {
             continue;
         }
         let d = provenance::render::read_json(&src)

@@ -1,32 +1,73 @@
 //! `results.jsonl`: one line per trial, written and flushed as each trial completes (`RunWriter`), so a crash
-//! loses nothing already decided; reports are rebuilt from these lines.
+//! loses nothing already decided; reports are rebuilt from these lines. Read back, the file is untrusted: a line
+//! is bounded, and a path in it must lead to a file inside the run folder.
 
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 use std::path::Path;
 
-use super::ReportError;
+use super::{safe_file, ReportError};
 use crate::record::TrialRecord;
 
+/// The longest line read (a trial record is kilobytes; an agentic session's trajectory at most a few MiB).
+pub const MAX_LINE_BYTES: usize = 16 << 20;
+
 /// Read results.jsonl; a torn last line (a run killed mid-write) is ignored, any other bad line is an error that
-/// names its line.
+/// names its line, and so is a `provenance.dir` that leaves the run folder (the file's own folder).
 pub fn read(path: &Path) -> Result<Vec<TrialRecord>, ReportError> {
-    let file = std::fs::File::open(path).map_err(|source| ReportError::Io { path: path.to_path_buf(), source })?;
-    let lines: Vec<String> = std::io::BufReader::new(file)
-        .lines()
-        .collect::<Result<_, _>>()
-        .map_err(|source| ReportError::Io { path: path.to_path_buf(), source })?;
-    let mut out = Vec::with_capacity(lines.len());
-    for (i, line) in lines.iter().enumerate() {
-        if line.trim().is_empty() {
-            continue;
+    let io = |source| ReportError::Io { path: path.to_path_buf(), source };
+    let run_dir = path.parent().unwrap_or(Path::new("."));
+    let mut reader = std::io::BufReader::new(safe_file::open_regular(path)?);
+    let mut out = Vec::new();
+    let mut line = Vec::new();
+    let mut number = 0usize;
+    loop {
+        line.clear();
+        number += 1;
+        // One byte past the bound tells an over-long line from one of exactly the bound.
+        let limit = MAX_LINE_BYTES as u64 + 1;
+        let read = (&mut reader).take(limit).read_until(b'\n', &mut line).map_err(io)?;
+        if read == 0 {
+            break;
         }
-        match serde_json::from_str::<TrialRecord>(line) {
-            Ok(t) => out.push(t),
-            Err(e) if i + 1 == lines.len() && e.is_eof() => break,
+        let complete = line.last() == Some(&b'\n');
+        if !complete && line.len() > MAX_LINE_BYTES {
+            return Err(ReportError::Parse {
+                path: path.to_path_buf(),
+                line: number,
+                column: 1,
+                message: format!("line longer than {} MiB, more than any trial record", MAX_LINE_BYTES >> 20),
+            });
+        }
+        let text = match std::str::from_utf8(&line) {
+            Ok(t) => t,
             Err(e) => {
                 return Err(ReportError::Parse {
                     path: path.to_path_buf(),
-                    line: i + 1,
+                    line: number,
+                    column: e.valid_up_to() + 1,
+                    message: "not UTF-8".into(),
+                })
+            }
+        };
+        if text.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<TrialRecord>(text) {
+            Ok(t) => {
+                check_paths(run_dir, &t).map_err(|message| ReportError::Parse {
+                    path: path.to_path_buf(),
+                    line: number,
+                    column: 1,
+                    message,
+                })?;
+                out.push(t);
+            }
+            // A torn last line: a run killed mid-write.
+            Err(e) if e.is_eof() && reader.fill_buf().map_err(io)?.is_empty() => break,
+            Err(e) => {
+                return Err(ReportError::Parse {
+                    path: path.to_path_buf(),
+                    line: number,
                     column: e.column(),
                     message: e.to_string(),
                 })
@@ -34,4 +75,12 @@ pub fn read(path: &Path) -> Result<Vec<TrialRecord>, ReportError> {
         }
     }
     Ok(out)
+}
+
+/// Every path a record names must resolve inside the run folder.
+fn check_paths(run_dir: &Path, t: &TrialRecord) -> Result<(), String> {
+    if let Some(p) = &t.provenance {
+        safe_file::resolve_inside(run_dir, &p.dir).map_err(|e| format!("provenance.dir: {e}"))?;
+    }
+    Ok(())
 }
