@@ -117,14 +117,11 @@ fn rows_of(s: &Summary, unix: u64, label: &str) -> Vec<HistoryRow> {
 
 /// Every row of a history file (none when it does not exist yet).
 pub fn read(path: &Path) -> Result<Vec<HistoryRow>, HistoryError> {
-    if !path.exists() {
+    if std::fs::symlink_metadata(path).is_err() {
         return Ok(Vec::new());
     }
-    let mut r = csv::Reader::from_path(path).map_err(|e| HistoryError::Parse {
-        path: path.to_path_buf(),
-        line: 1,
-        message: e.to_string(),
-    })?;
+    // Not through a link: the history is appended to, and an append through a link writes elsewhere.
+    let mut r = csv::Reader::from_reader(report::safe_file::open_regular(path)?);
     let mut out = Vec::new();
     for (i, row) in r.deserialize::<HistoryRow>().enumerate() {
         let row = row.map_err(|e| HistoryError::Parse {
@@ -240,6 +237,13 @@ pub fn plot(dir: &Path) -> Result<Vec<PathBuf>, HistoryError> {
     let runs: std::collections::BTreeSet<&str> = rows.iter().map(|r| r.run.as_str()).collect();
     let mut figures = Vec::new();
     for (stem, chart) in charts(&rows) {
+        for ext in ["svg", "png"] {
+            // Drawing writes by name: a link planted there is removed (the link only), never drawn through.
+            let path = dir.join(format!("{stem}.{ext}"));
+            if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+                std::fs::remove_file(&path).map_err(io(&path))?;
+            }
+        }
         let (svg, _png) = lines::draw(&chart, &dir.join(stem))?;
         let text = std::fs::read_to_string(&svg).map_err(io(&svg))?;
         let inline =
@@ -258,7 +262,7 @@ pub fn plot(dir: &Path) -> Result<Vec<PathBuf>, HistoryError> {
         .and_then(|t| t.render(context! { runs => runs.len(), csv => HISTORY_CSV, figures }))
         .map_err(template_error)?;
     let index = dir.join("index.html");
-    std::fs::write(&index, html).map_err(io(&index))?;
+    report::safe_file::replace(&index, html.as_bytes())?;
     Ok(drawn)
 }
 

@@ -219,3 +219,49 @@ fn an_error_with_an_inner_cause_is_printed_once() {
     assert!(msg.contains("missing/run.json"), "{msg}");
     assert_eq!(msg.matches("os error 2").count(), 1, "printed twice: {msg}");
 }
+
+#[test]
+fn dump_and_fixture_refuse_what_exists_and_force_replaces_links_not_targets() {
+    let dir = tmp("dump");
+    let victim = dir.join("victim.txt");
+    std::fs::write(&victim, "precious\n").expect("victim");
+    let out = dir.join("state.safetensors");
+    symlink(&victim, &out);
+    let dump = |force: bool| {
+        let mut c = kvproof();
+        c.arg("dump").arg(scenario(&dir)).args(["--case", "extend", "--out"]).arg(&out);
+        if force {
+            c.arg("--force");
+        }
+        c.output().expect("dump")
+    };
+    let o = dump(false);
+    assert_eq!(read(&victim), "precious\n", "the dump wrote through the link: {}", text(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("--force"), "{}", text(&o));
+    let o = dump(true);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(read(&victim), "precious\n");
+    assert!(std::fs::symlink_metadata(&out).expect("dump").is_file());
+
+    let model = dir.join("model");
+    std::fs::create_dir(&model).expect("model");
+    std::fs::write(model.join("notes.txt"), "mine\n").expect("notes");
+    symlink(&victim, &model.join("config.json"));
+    let fixture = |force: bool| {
+        let mut c = kvproof();
+        c.args(["fixture", "--arch", "inkling", "--preset", "tiny", "--out"]).arg(&model);
+        if force {
+            c.arg("--force");
+        }
+        c.output().expect("fixture")
+    };
+    let o = fixture(false);
+    assert_eq!(read(&victim), "precious\n", "the fixture wrote through the link: {}", text(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let o = fixture(true);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(read(&victim), "precious\n");
+    assert_eq!(read(&model.join("notes.txt")), "mine\n");
+    assert!(std::fs::symlink_metadata(model.join("config.json")).expect("config").is_file());
+}

@@ -241,7 +241,12 @@ fn failure(t: &TrialRecord) -> Value {
 /// Every regular file under `dir/sub`, as paths relative to `dir`, sorted.
 fn files_under(dir: &Path, sub: &str) -> Vec<String> {
     let mut out = Vec::new();
-    let mut stack = vec![dir.join(sub)];
+    let root = dir.join(sub);
+    // A link in place of the folder leads out of the run folder: nothing there is the run's.
+    if !std::fs::symlink_metadata(&root).is_ok_and(|m| m.is_dir()) {
+        return out;
+    }
+    let mut stack = vec![root];
     while let Some(d) = stack.pop() {
         let Ok(entries) = std::fs::read_dir(&d) else { continue };
         for e in entries.flatten() {
