@@ -249,8 +249,8 @@ pub fn main(cli: Cli) -> Result<i32> {
         Cmd::Dump { scenario, case, turn, cold, fault, out, force } => {
             let scenarios = load(std::slice::from_ref(&scenario))?;
             let s = scenarios.first().context("no scenario")?;
-            let dump = kvproof::investigate::dump_turn(s, &case, fault.map(|f| f.0), turn, cold)?;
             make_room_for_file(&out, force)?;
+            let dump = kvproof::investigate::dump_turn(s, &case, fault.map(|f| f.0), turn, cold)?;
             let bytes = kvproof_engines::dump::write_file(&dump, &out)?;
             println!("wrote {} ({bytes} bytes, {} positions)", out.display(), dump.meta.len);
             Ok(exit::PASS)

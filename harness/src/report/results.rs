@@ -14,9 +14,18 @@ pub const MAX_LINE_BYTES: usize = 16 << 20;
 /// Read results.jsonl; a torn last line (a run killed mid-write) is ignored, any other bad line is an error that
 /// names its line, and so is a `provenance.dir` that leaves the run folder (the file's own folder).
 pub fn read(path: &Path) -> Result<Vec<TrialRecord>, ReportError> {
-    let io = |source| ReportError::Io { path: path.to_path_buf(), source };
     let run_dir = path.parent().unwrap_or(Path::new("."));
-    let mut reader = std::io::BufReader::new(safe_file::open_regular(path)?);
+    read_from(std::io::BufReader::new(safe_file::open_regular(path)?), path, run_dir)
+}
+
+/// Fuzz entry: arbitrary bytes read as results.jsonl of a run folder that does not exist.
+pub fn fuzz_results(data: &[u8]) {
+    let _ = read_from(data, Path::new("results.jsonl"), Path::new("/nonexistent/kvproof-fuzz-run"));
+}
+
+/// Read the lines of `reader` as the results file `path` of the run folder `run_dir` (see [`read`]).
+fn read_from(mut reader: impl BufRead, path: &Path, run_dir: &Path) -> Result<Vec<TrialRecord>, ReportError> {
+    let io = |source| ReportError::Io { path: path.to_path_buf(), source };
     let mut out = Vec::new();
     let mut line = Vec::new();
     let mut number = 0usize;
@@ -83,4 +92,36 @@ fn check_paths(run_dir: &Path, t: &TrialRecord) -> Result<(), String> {
         safe_file::resolve_inside(run_dir, &p.dir).map_err(|e| format!("provenance.dir: {e}"))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every seed of the fuzz corpus goes through the entry point, and the valid ones read back.
+    #[test]
+    fn fuzz_corpus_seeds_read() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/results");
+        let mut seeds = 0;
+        for e in std::fs::read_dir(&dir).expect("fuzz/corpus/results") {
+            let path = e.expect("entry").path();
+            let bytes = std::fs::read(&path).expect("seed");
+            fuzz_results(&bytes);
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let read = read_from(bytes.as_slice(), &path, Path::new("/nonexistent/kvproof-fuzz-run"));
+            if name.starts_with("valid-") {
+                assert!(read.is_ok_and(|t| !t.is_empty()), "{name}");
+            }
+            seeds += 1;
+        }
+        assert!(seeds >= 3);
+    }
+
+    #[test]
+    fn escaping_provenance_is_an_error_with_its_line() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/results");
+        let text = std::fs::read_to_string(dir.join("invalid-provenance-escapes.jsonl")).expect("seed");
+        let e = read_from(text.as_bytes(), Path::new("r.jsonl"), Path::new("/nonexistent")).expect_err("escapes");
+        assert!(e.to_string().starts_with("r.jsonl:") && e.to_string().contains("provenance.dir"), "{e}");
+    }
 }
