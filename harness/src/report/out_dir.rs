@@ -110,19 +110,15 @@ pub fn check(dir: &Path, force: bool) -> Result<(), ReportError> {
         return Ok(());
     }
     let mut names = Vec::new();
-    let mut more = 0usize;
     for e in entries {
-        let e = e.map_err(io(dir))?;
-        if names.len() < NAMED_ENTRIES {
-            names.push(e.file_name().to_string_lossy().into_owned());
-        } else {
-            more += 1;
-        }
+        names.push(e.map_err(io(dir))?.file_name().to_string_lossy().into_owned());
     }
     if names.is_empty() {
         return Ok(());
     }
     names.sort();
+    let more = names.len().saturating_sub(NAMED_ENTRIES);
+    names.truncate(NAMED_ENTRIES);
     let found = if more > 0 { format!("{} and {more} more", names.join(", ")) } else { names.join(", ") };
     Err(ReportError::NotEmpty { dir: dir.to_path_buf(), found })
 }
