@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStderr, ChildStdout, Command as Process, ExitStatus, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -29,6 +29,9 @@ pub const CLIENT_IDS: u64 = 1 << 63;
 const CAPS_GRACE: Duration = Duration::from_secs(1);
 /// Longest stderr line kept (longer lines are split).
 const MAX_STDERR_LINE: u64 = 4096;
+/// Frames parsed ahead of the caller. The stdout thread waits when the queue is full, so an engine that writes
+/// faster than the harness reads fills its own pipe, not the harness's memory.
+const FRAME_QUEUE: usize = 64;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -215,7 +218,7 @@ impl StdioEngine {
             return Err(spawn_error(io::Error::other("child pipes missing")));
         };
         let tail = Arc::new(Mutex::new(Tail::default()));
-        let (event_tx, events) = mpsc::channel();
+        let (event_tx, events) = mpsc::sync_channel(FRAME_QUEUE);
         let (writer, write_rx) = mpsc::channel::<Vec<u8>>();
         let threads = start_threads(stdin, write_rx, stdout, event_tx, stderr, Arc::clone(&tail));
         let mut engine = StdioEngine {
@@ -337,7 +340,7 @@ impl StdioEngine {
         prompt_len: usize,
         observer: &mut dyn Observer,
     ) -> Result<ClientReply, ClientError> {
-        let id = frame.id;
+        let (id, max_tokens) = (frame.id, frame.max_tokens);
         if id >= CLIENT_IDS {
             return Err(ClientError::Request(format!("request id {id} is in the client's reserved range")));
         }
@@ -377,6 +380,15 @@ impl StdioEngine {
                     reply.prompt_ids = Some(p.ids);
                 }
                 EngineFrame::Data(d) if d.id == id => {
+                    // Past max_tokens the engine breaks the protocol; stopping here also bounds what one reply
+                    // holds, whatever the engine goes on sending.
+                    if reply.pieces.len() >= max_tokens {
+                        let message = format!(
+                            "DATA frame {} for request {id} exceeds the request's max_tokens {max_tokens}",
+                            reply.pieces.len() + 1
+                        );
+                        return Err(self.protocol(&waiting, message));
+                    }
                     match d.tid {
                         Some(tid) => reply.tokens.push(tid),
                         None => reply.ids_complete = false,
@@ -617,7 +629,7 @@ fn start_threads(
     mut stdin: std::process::ChildStdin,
     write_rx: Receiver<Vec<u8>>,
     stdout: ChildStdout,
-    event_tx: Sender<Event>,
+    event_tx: SyncSender<Event>,
     stderr: ChildStderr,
     tail: Arc<Mutex<Tail>>,
 ) -> io::Result<()> {
@@ -638,7 +650,7 @@ fn start_threads(
 }
 
 /// Parse stdout into events. Anything before READY is noise (banners): kept in the stderr tail, not reported.
-fn read_stdout(stdout: ChildStdout, tx: Sender<Event>, tail: Arc<Mutex<Tail>>) {
+fn read_stdout(stdout: ChildStdout, tx: SyncSender<Event>, tail: Arc<Mutex<Tail>>) {
     let mut reader = EngineFrameReader::new(BufReader::new(stdout));
     let mut ready = false;
     loop {
@@ -659,7 +671,8 @@ fn read_stdout(stdout: ChildStdout, tx: Sender<Event>, tail: Arc<Mutex<Tail>>) {
             Ok(None) => Event::Closed(None),
             Err(e) => Event::Closed(Some(e.to_string())),
         };
-        let last = matches!(event, Event::Closed(_));
+        // After a frame that does not parse the stream is out of step: nothing more of it is read.
+        let last = matches!(event, Event::Closed(_) | Event::Bad(_));
         if tx.send(event).is_err() || last {
             return;
         }

@@ -264,7 +264,7 @@ impl Command {
 /// Read the next client frame. `Ok(None)` at a clean end of input; a frame cut short by the end of input is
 /// returned as a BAD_FRAME (and the next call returns `Ok(None)`). Only I/O errors of the reader are `Err`.
 pub fn read_command<R: BufRead>(r: &mut R) -> io::Result<Option<Result<Command, BadCommand>>> {
-    let line = match read_line_bounded(r, MAX_HEADER)? {
+    let line = match read_line_bounded(r, MAX_HEADER, AfterTooLong::Skip)? {
         Line::Eof => return Ok(None),
         Line::TooLong => {
             return Ok(Some(Err(BadCommand {
@@ -744,7 +744,9 @@ impl<R: BufRead> EngineFrameReader<R> {
     pub fn next_frame(&mut self) -> io::Result<Option<Result<EngineFrame, FrameError>>> {
         let line = match self.pushed_back.take() {
             Some(line) => line,
-            None => match read_line_bounded(&mut self.inner, MAX_HEADER)? {
+            // An engine's over-long line ends its stream (the client kills it): skipping to a newline that may
+            // never come would only wait for the timeout.
+            None => match read_line_bounded(&mut self.inner, MAX_HEADER, AfterTooLong::Stop)? {
                 Line::Eof => return Ok(None),
                 Line::TooLong => {
                     return Ok(Some(Err(FrameError {
@@ -951,12 +953,21 @@ enum Line {
     Complete(Vec<u8>),
     /// The input ended without a newline.
     Unterminated(Vec<u8>),
-    /// Longer than the limit; skipped through its newline.
+    /// Longer than the limit (skipped through its newline with `AfterTooLong::Skip`).
     TooLong,
 }
 
+/// What a reader does after a line longer than its limit.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum AfterTooLong {
+    /// Discard through its newline, to read the next frame in step (the engine reading a client).
+    Skip,
+    /// Leave the rest unread (the client reading an engine: the stream is no longer trusted).
+    Stop,
+}
+
 /// One line without its `\n` (and without a `\r` before it), never buffering more than `max` + 1 bytes.
-fn read_line_bounded<R: BufRead>(r: &mut R, max: usize) -> io::Result<Line> {
+fn read_line_bounded<R: BufRead>(r: &mut R, max: usize, after: AfterTooLong) -> io::Result<Line> {
     let mut buf = Vec::new();
     let n = r.by_ref().take(max as u64 + 1).read_until(b'\n', &mut buf)?;
     if n == 0 {
@@ -970,7 +981,9 @@ fn read_line_bounded<R: BufRead>(r: &mut R, max: usize) -> io::Result<Line> {
         return Ok(Line::Complete(buf));
     }
     if buf.len() > max {
-        skip_line(r)?;
+        if after == AfterTooLong::Skip {
+            skip_line(r)?;
+        }
         return Ok(Line::TooLong);
     }
     Ok(Line::Unterminated(buf))

@@ -1,11 +1,12 @@
 //! The stdio serve protocol (docs/protocol.md), so the harness drives any engine process the same way:
 //! `frame` is the wire syntax, `request` maps SUBMIT to an engine `Request`, `server` serves any `Engine`,
-//! `client` drives any process that speaks the protocol, `text` is the engine's tokenizer and template as both
+//! `client` drives any process that speaks the protocol, `fuzz` feeds arbitrary bytes to both readers, `text` is the engine's tokenizer and template as both
 //! servers use it. `http` serves an engine over an OpenAI-compatible HTTP API
 //! instead (docs/http.md).
 
 pub mod client;
 pub mod frame;
+pub mod fuzz;
 pub mod http;
 pub mod request;
 pub mod server;

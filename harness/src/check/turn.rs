@@ -215,22 +215,52 @@ pub fn outcome(
 ) -> CheckResult {
     let code = |r: &Result<Generation, DriverError>| r.as_ref().err().map(DriverError::code);
     let (w, c) = (code(warm), code(cold));
+    let (wd, cd) = (refusal_detail(warm), refusal_detail(cold));
     let name = CheckName::Outcome;
     match (w, c, expect_refusal) {
         (None, None, None) => CheckResult::pass(name, "both replied"),
         (None, None, Some(exp)) => CheckResult::fail(name, format!("both replied; expected {exp}")),
-        (Some(w), Some(c), exp) if w == c => match exp {
-            Some(exp) if exp == w => CheckResult::pass(name, format!("both refused with {w}, as expected")),
-            Some(exp) => CheckResult::fail(name, format!("both refused with {w}; expected {exp}")),
-            None => CheckResult::fail(name, format!("both refused with {w}, which this turn does not expect")),
-        },
+        (Some(w), Some(c), exp) if w == c => {
+            // one detail when both said the same, else each instance's
+            let said = if wd == cd { wd } else { format!(" (warm{wd}; cold{cd})") };
+            match exp {
+                Some(exp) if exp == w => CheckResult::pass(name, format!("both refused with {w}{said}, as expected")),
+                Some(exp) => CheckResult::fail(name, format!("both refused with {w}{said}; expected {exp}")),
+                None => {
+                    CheckResult::fail(name, format!("both refused with {w}{said}, which this turn does not expect"))
+                }
+            }
+        }
         (w, c, _) => CheckResult::fail(
             name,
             format!(
                 "warm {}, cold {}",
-                w.map_or_else(|| "replied".to_string(), |w| format!("refused with {w}")),
-                c.map_or_else(|| "replied".to_string(), |c| format!("refused with {c}"))
+                w.map_or_else(|| "replied".to_string(), |w| format!("refused with {w}{wd}")),
+                c.map_or_else(|| "replied".to_string(), |c| format!("refused with {c}{cd}"))
             ),
         ),
+    }
+}
+
+/// Longest engine ERROR detail a check quotes.
+const MAX_REFUSAL_DETAIL: usize = 300;
+
+/// What the engine said with its refusal (an ERROR frame's detail, an HTTP error body), as ` (detail)`; empty
+/// when it said nothing.
+fn refusal_detail(r: &Result<Generation, DriverError>) -> String {
+    match r {
+        Err(DriverError::Refused { detail, .. }) if !detail.trim().is_empty() => {
+            let mut d: String = detail.trim().chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+            if d.len() > MAX_REFUSAL_DETAIL {
+                let mut cut = MAX_REFUSAL_DETAIL;
+                while !d.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                d.truncate(cut);
+                d.push_str("...");
+            }
+            format!(" ({d})")
+        }
+        _ => String::new(),
     }
 }

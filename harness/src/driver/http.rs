@@ -28,6 +28,9 @@ use crate::scenario::{ColdSpec, DeclaredRule, HttpApi, HttpEngine, ResetKind};
 
 /// Bytes of one answer the driver reads at most.
 const ANSWER_LIMIT: u64 = 64 << 20;
+/// Bytes of one server-sent event (its lines together) the driver holds at most: one chunk of a stream carries a
+/// token or a few, so a longer one is a server that never ends its line or event.
+const EVENT_LIMIT: usize = 1 << 20;
 /// Bytes of a refusal's body an error quotes.
 const EXCERPT: usize = 400;
 /// The top log probabilities asked for: two give the gap.
@@ -418,6 +421,14 @@ impl Collected {
     }
 }
 
+/// A server that answers more tokens than the request allowed breaks its API: the reply is not what was asked.
+fn within_max_tokens(g: &Generation, max_tokens: usize) -> Result<(), String> {
+    if g.tokens.len() > max_tokens {
+        return Err(format!("{} tokens in the reply, more than the request's max_tokens {max_tokens}", g.tokens.len()));
+    }
+    Ok(())
+}
+
 /// A stable id for a token known only by its text: FNV-1a of the bytes, with the top bit set so it lies outside
 /// any real vocabulary (a prompt built from it is refused, never silently fed).
 pub fn pseudo_id(bytes: &[u8]) -> u32 {
@@ -452,15 +463,20 @@ fn collect(response: Response, method: &str, url: &str, timeout: Duration) -> Re
     let reader = response.into_body().into_with_config().limit(ANSWER_LIMIT).reader();
     let mut lines = BufReader::new(reader);
     let mut data = String::new();
-    let mut line = String::new();
     let mut done = false;
     loop {
-        line.clear();
-        let n = lines.read_line(&mut line).map_err(|e| match e.kind() {
-            std::io::ErrorKind::TimedOut => DriverError::Timeout { after_ms: ms(timeout), stderr_tail: String::new() },
-            _ => malformed(method, url, &format!("the event stream broke off: {e}")),
+        let line = read_event_line(&mut lines).map_err(|e| match e {
+            EventLine::Io(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                DriverError::Timeout { after_ms: ms(timeout), stderr_tail: String::new() }
+            }
+            EventLine::Io(e) => malformed(method, url, &format!("the event stream broke off: {e}")),
+            EventLine::TooLong => malformed(method, url, &format!("an event line longer than {EVENT_LIMIT} bytes")),
         })?;
-        let l = line.trim_end_matches(['\r', '\n']);
+        let n = line.as_ref().map_or(0, |l| l.len() + 1);
+        let l = line.as_deref().unwrap_or("");
+        if data.len() + l.len() > EVENT_LIMIT {
+            return Err(malformed(method, url, &format!("an event longer than {EVENT_LIMIT} bytes")));
+        }
         if n == 0 || l.is_empty() {
             // the end of an event
             if !data.is_empty() {
@@ -488,6 +504,27 @@ fn collect(response: Response, method: &str, url: &str, timeout: Duration) -> Re
         return Err(malformed(method, url, "the event stream ended without a finish reason or [DONE]"));
     }
     Ok(out)
+}
+
+/// Why an event line could not be read.
+enum EventLine {
+    Io(std::io::Error),
+    TooLong,
+}
+
+/// The next line of an event stream without its line end (`None` at the end of the stream), never holding more
+/// than `EVENT_LIMIT` bytes of it. Invalid UTF-8 is replaced: it can only make the event's JSON fail to parse.
+fn read_event_line(r: &mut impl BufRead) -> Result<Option<String>, EventLine> {
+    let mut buf = Vec::new();
+    let n = r.by_ref().take(EVENT_LIMIT as u64 + 1).read_until(b'\n', &mut buf).map_err(EventLine::Io)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if buf.last() != Some(&b'\n') && buf.len() > EVENT_LIMIT {
+        return Err(EventLine::TooLong);
+    }
+    let line = String::from_utf8_lossy(&buf);
+    Ok(Some(line.trim_end_matches(['\r', '\n']).to_string()))
 }
 
 /// Where requests go: a base URL and the model name they carry.
@@ -854,7 +891,9 @@ impl HttpDriver {
             return Err(refusal(status, &json!({ "error": e }).to_string(), "POST", &url));
         }
         collected.reuse_agrees().map_err(|why| malformed("POST", &url, &why))?;
-        Ok(collected.generation(sent_prompt, max_tokens, started))
+        let generation = collected.generation(sent_prompt, max_tokens, started);
+        within_max_tokens(&generation, max_tokens).map_err(|why| malformed("POST", &url, &why))?;
+        Ok(generation)
     }
 }
 
@@ -898,6 +937,29 @@ mod tests {
             c.absorb(o);
         }
         c
+    }
+
+    #[test]
+    fn more_tokens_than_max_tokens_is_an_error() {
+        let chunk = |id: u32| json!({"choices": [{"text": "a", "index": 0, "token_ids": [id]}]});
+        let c = absorbed(&[chunk(5), chunk(6), chunk(7)]);
+        let g = c.generation(4, 2, Instant::now());
+        let err = within_max_tokens(&g, 2).expect_err("3 tokens for max_tokens 2");
+        assert_eq!(err, "3 tokens in the reply, more than the request's max_tokens 2");
+        assert!(within_max_tokens(&g, 3).is_ok());
+    }
+
+    #[test]
+    fn event_lines_are_bounded() {
+        let mut ok = std::io::Cursor::new(b"data: {}\r\n\nlast".to_vec());
+        assert_eq!(read_event_line(&mut ok).ok().flatten().as_deref(), Some("data: {}"));
+        assert_eq!(read_event_line(&mut ok).ok().flatten().as_deref(), Some(""));
+        assert_eq!(read_event_line(&mut ok).ok().flatten().as_deref(), Some("last"));
+        assert!(matches!(read_event_line(&mut ok), Ok(None)));
+        // a line that never ends is cut at the limit, not read to the end of the answer
+        let endless = std::io::Read::chain(std::io::Cursor::new(b"data: ".to_vec()), std::io::repeat(b'x'));
+        let mut endless = BufReader::new(endless);
+        assert!(matches!(read_event_line(&mut endless), Err(EventLine::TooLong)));
     }
 
     /// A llama.cpp `llama-server` stream (completions): ids and bytes in `content` log probabilities, reuse in

@@ -123,6 +123,10 @@ pub enum DriverError {
     /// No answer within the per-request timeout; the instance was killed.
     #[error("engine timed out after {after_ms} ms")]
     Timeout { after_ms: u64, stderr_tail: String },
+    /// The engine answered, but with something kvproof cannot read (a state dump whose contents do not hold
+    /// together); the instance itself is still usable.
+    #[error("the engine's {what} is malformed: {detail}")]
+    Malformed { what: String, detail: String },
     /// The driver cannot do this (e.g. the engine has no dump extension).
     #[error("unsupported: {0}")]
     Unsupported(String),
@@ -153,6 +157,7 @@ impl DriverError {
             DriverError::Refused { code, .. } => code.clone(),
             DriverError::Died { .. } => "DIED".into(),
             DriverError::Timeout { .. } => "TIMEOUT".into(),
+            DriverError::Malformed { .. } => "MALFORMED".into(),
             DriverError::Unsupported(_) => "UNSUPPORTED".into(),
             DriverError::Start { .. } => "START".into(),
         }

@@ -354,7 +354,7 @@ fn client_error(e: ClientError, timeout: Duration) -> DriverError {
             stderr_tail: stderr,
         },
         ClientError::Protocol { waiting_for, message, stderr, .. } => DriverError::Died {
-            detail: format!("protocol error while waiting for {waiting_for}: {message}"),
+            detail: format!("killed for breaking the protocol while waiting for {waiting_for}: {message}"),
             stderr_tail: stderr,
         },
         ClientError::Dead { reason, .. } => DriverError::Died { detail: reason, stderr_tail: String::new() },
@@ -434,7 +434,8 @@ impl Driver for StdioDriver {
         self.engine.dump(slot, &path_str).map_err(|e| client_error(e, self.timeout))?;
         let dump = kvproof_engines::dump::read_file(&path);
         let _ = std::fs::remove_file(&path);
-        dump.map_err(|e| DriverError::Refused { code: "DUMP_FAILED".into(), detail: e.to_string() })
+        // The engine said it wrote the dump: a file that does not read is its fault, not a refusal.
+        dump.map_err(|e| DriverError::Malformed { what: format!("DUMP of slot {slot}"), detail: e.to_string() })
     }
 }
 

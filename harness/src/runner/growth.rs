@@ -3,8 +3,10 @@
 //! pass builds the transcript from its own replies; every other pass sends the same requests. Passes follow one
 //! another, so the repeats of a turn are far apart in time: a burst of load from another process slows one repeat
 //! of a turn, not all of them, and the median discards it. No warm turn runs right after a cold one, whose large
-//! state would have evicted the warm state from the caches.
+//! state would have evicted the warm state from the caches. A panic while a curve is run or checked makes each of
+//! its turns an error trial (`guard`) and the other curves go on.
 
+use super::guard::catch_panic;
 use super::instances::{Instances, Role, TurnRequest};
 use super::plan_state::PlanState;
 use super::Prepared;
@@ -32,7 +34,14 @@ pub fn run(p: &Prepared<'_>, sink: &dyn Sink, progress: &Progress) -> Vec<TrialR
     let run_all = || {
         let mut out = Vec::new();
         for (i, plan) in p.plans.iter().enumerate() {
-            out.extend(run_plan(p, params, i, plan, sink, progress));
+            match catch_panic(|| run_plan(p, params, i, plan, sink, progress)) {
+                Ok(records) => out.extend(records),
+                // a plan emits its records only once every pass ran and was checked: none of this one are out
+                Err(panic) => {
+                    let why = format!("kvproof panicked while running or checking this curve: {panic}");
+                    abandon(p, (plan, i), &why, None, sink, progress, &mut out);
+                }
+            }
         }
         out
     };
@@ -161,6 +170,8 @@ fn run_plan(
         }
     }
 
+    // Every record is built before any is emitted, so a panic while checking leaves none of this plan's out.
+    let mut records = Vec::with_capacity(turns);
     for (si, (warm_runs, cold_runs)) in runs.iter().enumerate() {
         let pl = &planned[si];
         let prompt_len = pl.turn.prompt.len();
@@ -191,6 +202,9 @@ fn run_plan(
             warm,
             cold,
         });
+        records.push(record);
+    }
+    for record in records {
         sink.trial(&record);
         out.push(record);
         progress.inc(1);

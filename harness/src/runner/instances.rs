@@ -101,7 +101,8 @@ impl Sent {
         matches!(&self.result, Err(e) if e.is_fatal()) || matches!(&self.dump, Some(Err(e)) if e.is_fatal())
     }
 
-    /// Why this request could not run at all, if so (a refusal is an outcome the checks compare, not this).
+    /// Why this request could not run or be checked at all, if so (a refusal is an outcome the checks compare,
+    /// not this): the instance died, hung or could not start, or its dump could not be read.
     pub fn fatal(&self) -> Option<(String, Option<String>)> {
         let who = self.role.name();
         if let Err(e) = &self.result {
@@ -110,7 +111,7 @@ impl Sent {
             }
         }
         if let Some(Err(e)) = &self.dump {
-            if e.is_fatal() {
+            if e.is_fatal() || matches!(e, DriverError::Malformed { .. }) {
                 return Some((format!("{who} (dump): {e}"), e.stderr_tail().map(str::to_string)));
             }
         }

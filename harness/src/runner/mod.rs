@@ -6,6 +6,7 @@
 
 pub mod agentic;
 pub mod growth;
+pub mod guard;
 pub mod instances;
 pub mod paired;
 pub mod plan_state;

@@ -5,10 +5,12 @@
 //! repeatable.
 //!
 //! An instance that dies or hangs makes that trial an `error` (with its stderr tail); the warm instance is replaced
-//! by a fresh one and the plan goes on.
+//! by a fresh one and the plan goes on. A dump kvproof cannot read makes the trial an `error` too (the instance
+//! stays), and so does a panic while a turn is run or checked (`guard`; the warm instance is then replaced).
 
 use rayon::prelude::*;
 
+use super::guard::catch_panic;
 use super::instances::{Instances, Role, Sent};
 use super::plan_state::{PlanState, PreparedTurn};
 use super::staleness;
@@ -160,11 +162,31 @@ pub fn run_plan(ctx: &Paired<'_>, plan_index: usize, plan: &Plan, tap: &mut dyn 
         }
 
         let stale = plan.stale.map(|probe| (probe, warm_turns.get(probe.step).cloned().flatten()));
-        let compared =
+        let compared = catch_panic(|| {
             run_compared(ctx, &mut inst, &mut ps, at, si, step, &prepared, tap, |inst, warm, cold, control| {
                 let (probe, stale_turn) = stale?;
                 Some(staleness::classify_turn(inst, si, probe, stale_turn, warm, cold, control))
-            });
+            })
+        });
+        let compared = match compared {
+            Ok(c) => c,
+            Err(panic) => {
+                let mut r = ctx.base_record(plan, plan_index, step, si);
+                r.error = Some(format!("kvproof panicked while running or checking this turn: {panic}"));
+                ctx.emit(r, &mut out);
+                ctx.progress.inc(1);
+                // Nothing the panic interrupted is trusted: the warm state and the plan's view of it start over.
+                warm_turns.push(None);
+                ps.reset();
+                ps.finish(prepared, None, None);
+                if let Err(e) = inst.launch_warm() {
+                    let why = format!("warm instance could not be replaced: {e}");
+                    ctx.abandon(at, si + 1, &why, e.stderr_tail(), &mut out);
+                    return out;
+                }
+                continue;
+            }
+        };
         warm_turns
             .push(compared.warm.result.as_ref().ok().map(|g| (compared.warm.request.prompt.clone(), g.tokens.clone())));
         let lost = settle(&mut ps, prepared, &compared);
