@@ -449,4 +449,33 @@ mod tests {
         let msg = refused(parse(&text));
         assert!(msg.contains("unknown variant") && msg.len() < 1000, "{}", &msg[..msg.len().min(300)]);
     }
+
+    /// The fuzz target's seed corpus: each file through the entry point, the scenarios loading (or, the near-valid
+    /// ones, refused), and every prefix and a byte flip at each position never panicking.
+    #[test]
+    fn fuzz_seeds_run_through_the_entry_point() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/scenario");
+        let mut seeds: Vec<PathBuf> =
+            std::fs::read_dir(&dir).expect("fuzz/corpus/scenario").map(|e| e.expect("entry").path()).collect();
+        seeds.sort();
+        assert!(seeds.len() >= 3, "{seeds:?}");
+        for seed in seeds {
+            let bytes = std::fs::read(&seed).expect("seed");
+            let name = seed.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            fuzz_scenario(&bytes);
+            let text = std::str::from_utf8(&bytes).expect("UTF-8 seed");
+            match name.rsplit_once('.') {
+                Some((_, "json")) => assert_eq!(parse_str(&seed, text).is_ok(), !name.starts_with("near-"), "{name}"),
+                _ => {
+                    assert!(super::super::corpus::parse_bytes(&seed, &bytes, name.contains("stale")).is_ok(), "{name}")
+                }
+            }
+            for cut in 0..bytes.len() {
+                fuzz_scenario(&bytes[..cut]);
+                let mut flipped = bytes.clone();
+                flipped[cut] ^= 0x5a;
+                fuzz_scenario(&flipped);
+            }
+        }
+    }
 }
