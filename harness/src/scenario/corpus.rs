@@ -184,4 +184,18 @@ mod tests {
         assert!(e.contains("bin.jsonl:2:1:") && e.contains("not UTF-8"), "{e}");
         assert!(load(&s, "missing.jsonl", false).expect_err("missing").to_string().contains("missing.jsonl"));
     }
+
+    #[test]
+    fn a_line_is_an_object_never_an_array_and_its_id_is_a_short_name() {
+        let s = write("arr.jsonl", "{\"id\": \"a\", \"turns\": [\"hi\"]}\n[\"b\", null, [\"x\"]]\n");
+        let e = load(&s, "arr.jsonl", false).expect_err("an array line").to_string();
+        assert!(e.contains("arr.jsonl:2:1:") && e.contains("expected an object"), "{e}");
+        let s = write("stale-arr.jsonl", "[\"q\", null, \"o\", [\"A?\"], \"B?\"]\n");
+        let e = load(&s, "stale-arr.jsonl", true).expect_err("an array line").to_string();
+        assert!(e.contains("expected an object"), "{e}");
+        let long = "i".repeat(crate::scenario::MAX_NAME_LEN + 1);
+        let s = write("long-id.jsonl", format!("{{\"id\": \"{long}\", \"turns\": [\"x\"]}}\n"));
+        let e = load(&s, "long-id.jsonl", false).expect_err("a long id").to_string();
+        assert!(e.contains("long-id.jsonl:1:") && e.contains("id: ") && e.len() < 300, "{e}");
+    }
 }
