@@ -9,6 +9,7 @@ pub mod continuation;
 pub mod exact;
 pub mod grid;
 pub mod growth_curve;
+pub mod inputs;
 pub mod semantic_staleness;
 pub mod slots;
 pub mod stress_pairs;

@@ -14,15 +14,34 @@ use crate::scenario::StressParams;
 /// Ids a turn adds besides its user text and reply: role markers and end-of-turn ids.
 const TURN_OVERHEAD: usize = 4;
 
-/// The user-text length range: the scenario's, or one that carries a conversation of typical length past both
-/// the window and the initial capacity, while the longest conversation still fits the context.
-pub fn user_len_range(p: &StressParams, info: &EngineInfo) -> [usize; 2] {
-    let max_turns = p.turns[1];
-    let budget = info.max_ctx.saturating_sub(64) / max_turns;
-    let fits = budget.saturating_sub(p.max_tokens + TURN_OVERHEAD).max(1);
-    if let Some([lo, hi]) = p.user_len {
-        return [lo.min(fits), hi.min(fits)];
+/// The longest user text with which the longest conversation still fits the engine's context.
+fn longest_fitting(p: &StressParams, info: &EngineInfo) -> usize {
+    let budget = info.max_ctx.saturating_sub(64) / p.turns[1];
+    budget.saturating_sub(p.max_tokens + TURN_OVERHEAD)
+}
+
+/// A user-text range the scenario gives must fit the engine's context: it is an error, never cut to fit.
+pub fn check_user_len(p: &StressParams, info: &EngineInfo) -> Result<(), String> {
+    let Some([lo, hi]) = p.user_len else { return Ok(()) };
+    let fits = longest_fitting(p, info);
+    if hi > fits {
+        return Err(format!(
+            "params.user_len: [{lo}, {hi}]: with {} turns of {} reply tokens, user texts of at most {fits} fit the \
+             engine's context of {}",
+            p.turns[1], p.max_tokens, info.max_ctx
+        ));
     }
+    Ok(())
+}
+
+/// The user-text length range: the scenario's (checked by `check_user_len`), or one that carries a conversation of
+/// typical length past both the window and the initial capacity, while the longest conversation still fits the
+/// context.
+pub fn user_len_range(p: &StressParams, info: &EngineInfo) -> [usize; 2] {
+    if let Some(range) = p.user_len {
+        return range;
+    }
+    let fits = longest_fitting(p, info).max(1);
     let window = info.window.unwrap_or(0);
     // A conversation of mean length passes the initial capacity (its mean user text, replies and markers add up
     // to about 1.5x capacity), and single turns are longer than the window.
@@ -141,6 +160,17 @@ mod tests {
         assert!(5 * (hi / 2 + TURN_OVERHEAD) > info.initial_capacity, "hi = {hi}");
         // the longest conversation still fits the context
         assert!(p.turns[1] * (hi + p.max_tokens + TURN_OVERHEAD) + 16 < info.max_ctx);
+    }
+
+    #[test]
+    fn a_given_user_len_is_kept_or_refused_never_cut() {
+        let info = tiny_info();
+        let fits = StressParams { user_len: Some([1, 4]), ..StressParams::default() };
+        assert_eq!(check_user_len(&fits, &info), Ok(()));
+        assert_eq!(user_len_range(&fits, &info), [1, 4]);
+        let long = StressParams { user_len: Some([1, info.max_ctx]), ..StressParams::default() };
+        let e = check_user_len(&long, &info).expect_err("longer than the context");
+        assert!(e.starts_with("params.user_len: ") && e.contains(&info.max_ctx.to_string()), "{e}");
     }
 
     #[test]

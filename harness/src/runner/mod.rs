@@ -41,6 +41,8 @@ pub fn prepare<'a>(
     fault: Option<Option<kvproof_engines::fault::Fault>>,
 ) -> Result<Prepared<'a>, DriverError> {
     let launcher = driver::launcher_for(&scenario.engine, fault)?;
+    // a value the started engine cannot take is the scenario's error, reported before any trial runs
+    cases::inputs::check(scenario, launcher.info()).map_err(DriverError::Unsupported)?;
     let (plans, skipped) = cases::plans(scenario, launcher.info(), launcher.caps());
     Ok(Prepared { scenario, launcher, plans, skipped })
 }

@@ -55,11 +55,15 @@ pub struct LoadedCorpus {
 }
 
 trait Line {
+    fn id(&self) -> &str;
     fn messages(&self) -> Vec<&str>;
     fn check(&self) -> Result<(), String>;
 }
 
 impl Line for CorpusChat {
+    fn id(&self) -> &str {
+        &self.id
+    }
     fn messages(&self) -> Vec<&str> {
         self.system.iter().chain(&self.turns).map(String::as_str).collect()
     }
@@ -72,6 +76,9 @@ impl Line for CorpusChat {
 }
 
 impl Line for CorpusStale {
+    fn id(&self) -> &str {
+        &self.id
+    }
     fn messages(&self) -> Vec<&str> {
         let mut m: Vec<&str> = self.system.iter().map(String::as_str).collect();
         m.push(&self.opening);
@@ -96,21 +103,24 @@ fn parse<T: for<'de> Deserialize<'de> + Line>(path: &Path, text: &str) -> Result
         if line.trim().is_empty() {
             continue;
         }
-        let at = |column: usize, message: String| ScenarioError::Parse {
+        let at = |column: usize, message: &str| ScenarioError::Parse {
             path: path.to_path_buf(),
             line: i + 1,
             column,
-            message,
+            message: super::message::shorten(message),
         };
-        let item: T = serde_json::from_str(line).map_err(|e| {
-            let full = e.to_string();
-            let message = full.rfind(" at line ").map_or(full.clone(), |k| full[..k].to_string());
-            at(e.column(), message)
+        let item: T = super::strict::from_str(line).map_err(|(e, error_at)| {
+            // the position within the line, moved to the line's place in the file
+            match super::load::error_at(path, line, &e, &error_at) {
+                ScenarioError::Parse { column, message, .. } => at(column, &message),
+                other => other,
+            }
         })?;
-        item.check().map_err(|m| at(1, m))?;
+        item.check().map_err(|m| at(1, &m))?;
+        super::types::check_name_len("id", item.id()).map_err(|m| at(1, &m))?;
         for m in item.messages() {
             if m.trim().is_empty() || m.len() > MAX_MESSAGE_BYTES {
-                return Err(at(1, format!("a message is empty or longer than {MAX_MESSAGE_BYTES} bytes")));
+                return Err(at(1, &format!("a message is empty or longer than {MAX_MESSAGE_BYTES} bytes")));
             }
         }
         out.push(item);
@@ -121,25 +131,21 @@ fn parse<T: for<'de> Deserialize<'de> + Line>(path: &Path, text: &str) -> Result
     Ok(out)
 }
 
+/// A corpus file's bytes as chats or (`stale`) staleness cases; `path` names it in errors.
+pub fn parse_bytes(path: &Path, bytes: &[u8], stale: bool) -> Result<Corpus, ScenarioError> {
+    if bytes.len() as u64 > MAX_CORPUS_BYTES {
+        let size = bytes.len() as u64;
+        return Err(ScenarioError::TooLarge { path: path.into(), size, max: MAX_CORPUS_BYTES, what: "a corpus" });
+    }
+    let text = super::load::utf8(path, bytes)?;
+    Ok(if stale { Corpus::Stale(parse(path, text)?) } else { Corpus::Chats(parse(path, text)?) })
+}
+
 /// Read `file` (relative to the scenario's folder) as chats or as staleness cases.
 pub fn load(scenario: &Path, file: &str, stale: bool) -> Result<LoadedCorpus, ScenarioError> {
     let path = scenario.parent().unwrap_or(Path::new(".")).join(file);
-    let io = |source| ScenarioError::Io { path: path.clone(), source };
-    let size = std::fs::metadata(&path).map_err(io)?.len();
-    if size > MAX_CORPUS_BYTES {
-        return Err(ScenarioError::Parse {
-            path,
-            line: 1,
-            column: 1,
-            message: format!("{size} bytes: a corpus holds at most {MAX_CORPUS_BYTES}"),
-        });
-    }
-    let bytes = std::fs::read(&path).map_err(io)?;
-    let text = std::str::from_utf8(&bytes).map_err(|e| {
-        let line = bytes[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count() + 1;
-        ScenarioError::Parse { path: path.clone(), line, column: 1, message: "not UTF-8 text".into() }
-    })?;
-    let corpus = if stale { Corpus::Stale(parse(&path, text)?) } else { Corpus::Chats(parse(&path, text)?) };
+    let bytes = super::load::read_limited(&path, MAX_CORPUS_BYTES, "a corpus")?;
+    let corpus = parse_bytes(&path, &bytes, stale)?;
     use sha2::Digest as _;
     let sha256 = sha2::Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
     Ok(LoadedCorpus { path, sha256, corpus })
@@ -175,7 +181,21 @@ mod tests {
         assert!(load(&s, "s2.jsonl", true).expect_err("no stale").to_string().contains("not 1 or 2"));
         let s = write("bin.jsonl", b"{\"id\": \"a\", \"turns\": [\"x\"]}\n\xff\xfe\n");
         let e = load(&s, "bin.jsonl", false).expect_err("binary").to_string();
-        assert!(e.contains("bin.jsonl:2:") && e.contains("not UTF-8"), "{e}");
+        assert!(e.contains("bin.jsonl:2:1:") && e.contains("not UTF-8"), "{e}");
         assert!(load(&s, "missing.jsonl", false).expect_err("missing").to_string().contains("missing.jsonl"));
+    }
+
+    #[test]
+    fn a_line_is_an_object_never_an_array_and_its_id_is_a_short_name() {
+        let s = write("arr.jsonl", "{\"id\": \"a\", \"turns\": [\"hi\"]}\n[\"b\", null, [\"x\"]]\n");
+        let e = load(&s, "arr.jsonl", false).expect_err("an array line").to_string();
+        assert!(e.contains("arr.jsonl:2:1:") && e.contains("expected an object"), "{e}");
+        let s = write("stale-arr.jsonl", "[\"q\", null, \"o\", [\"A?\"], \"B?\"]\n");
+        let e = load(&s, "stale-arr.jsonl", true).expect_err("an array line").to_string();
+        assert!(e.contains("expected an object"), "{e}");
+        let long = "i".repeat(crate::scenario::MAX_NAME_LEN + 1);
+        let s = write("long-id.jsonl", format!("{{\"id\": \"{long}\", \"turns\": [\"x\"]}}\n"));
+        let e = load(&s, "long-id.jsonl", false).expect_err("a long id").to_string();
+        assert!(e.contains("long-id.jsonl:1:") && e.contains("id: ") && e.len() < 300, "{e}");
     }
 }

@@ -534,7 +534,8 @@ impl From<EngineSpec> for RawEngine {
     }
 }
 
-const FIELDS: &[&str] = &["$schema", "name", "description", "engine", "seed", "kind", "params", "assert"];
+/// The top-level keys; every field path a message starts with begins with one.
+pub(super) const FIELDS: &[&str] = &["$schema", "name", "description", "engine", "seed", "kind", "params", "assert"];
 
 impl<'de> Deserialize<'de> for Scenario {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -579,7 +580,7 @@ impl<'de> Visitor<'de> for ScenarioVisitor {
                 "params" => {
                     // Parsed straight into the kind's type: errors inside keep their exact position.
                     let Some(k) = kind else {
-                        return Err(de::Error::custom("`kind` must come before `params`"));
+                        return Err(de::Error::custom("params: `kind` must come before `params`"));
                     };
                     let p = match k {
                         Kind::BoundaryMatrix => Params::BoundaryMatrix(map.next_value()?),
@@ -596,16 +597,20 @@ impl<'de> Visitor<'de> for ScenarioVisitor {
         }
         let name = name.ok_or_else(|| de::Error::missing_field("name"))?;
         if name.trim().is_empty() {
-            return Err(de::Error::custom("`name` must not be empty"));
+            return Err(de::Error::custom("name: must not be empty"));
         }
+        check_name_len("name", &name).map_err(de::Error::custom)?;
         let engine = engine.ok_or_else(|| de::Error::missing_field("engine"))?;
         let kind = kind.ok_or_else(|| de::Error::missing_field("kind"))?;
         let params = match params.or_else(|| Params::default_for(kind)) {
             Some(p) => p,
-            None => return Err(de::Error::custom(format!("kind {} needs `params` (its `tasks`)", kind.name()))),
+            None => {
+                return Err(de::Error::custom(format!("params: kind {} needs `params` (its `tasks`)", kind.name())))
+            }
         };
         let assertions = assertions.unwrap_or_default();
         validate(&params, &assertions).map_err(de::Error::custom)?;
+        check_bundled_slots(&engine, &params).map_err(de::Error::custom)?;
         Ok(Scenario {
             path: PathBuf::new(),
             name,
@@ -617,6 +622,58 @@ impl<'de> Visitor<'de> for ScenarioVisitor {
             assertions,
             corpus: None,
         })
+    }
+}
+
+/// A name (`field` names it in the message) no longer than `MAX_NAME_LEN` bytes.
+pub(super) fn check_name_len(field: &str, name: &str) -> Result<(), String> {
+    let max = super::MAX_NAME_LEN;
+    if name.len() > max {
+        return Err(format!("{field}: {} bytes: a name holds at most {max} bytes", name.len()));
+    }
+    Ok(())
+}
+
+/// A bundled engine's slot count is known from its config: a slot it does not have is an error of the file, at
+/// the field. (A GGUF engine's, and any other engine's, is checked against what the engine reports once started.)
+fn check_bundled_slots(engine: &EngineSpec, params: &Params) -> Result<(), String> {
+    let EngineSpec::Bundled { arch, preset, config, gguf: None, .. } = engine else { return Ok(()) };
+    let slots = super::engine_config::model_config(arch, *preset, config)?.base().slots;
+    params.check_slots(slots, &format!("{arch}/{preset}"))
+}
+
+impl Params {
+    /// Every slot the params name exists on an engine with `slots` slots (`engine` names it in the message). The
+    /// other slot of a staleness scenario is checked only where the engine has one to spare: on a single-slot
+    /// engine that context is skipped as one the engine cannot hold.
+    pub fn check_slots(&self, slots: usize, engine: &str) -> Result<(), String> {
+        let mut named = vec![("params.slot", self.slot())];
+        if let Params::SemanticStaleness(p) = self {
+            let wanted = p.contexts.as_ref().is_none_or(|c| c.contains(&super::ContextName::OtherSlot));
+            if wanted && slots >= 2 {
+                named.push(("params.other_slot", p.other_slot));
+            }
+        }
+        for (field, slot) in named {
+            if slot >= slots {
+                return Err(format!(
+                    "{field}: {slot} is not a slot of {engine}, which has {slots} (slots 0..={})",
+                    slots.saturating_sub(1)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The slot the scenario's conversations run on.
+    pub fn slot(&self) -> usize {
+        match self {
+            Params::BoundaryMatrix(p) => p.slot,
+            Params::StressPairs(p) => p.slot,
+            Params::GrowthCurve(p) => p.slot,
+            Params::SemanticStaleness(p) => p.slot,
+            Params::Agentic(p) => p.slot,
+        }
     }
 }
 

@@ -176,8 +176,12 @@ impl AgenticParams {
         let mut names = std::collections::BTreeSet::new();
         for (i, t) in p.tasks.iter().enumerate() {
             let at = format!("params.tasks[{i}]");
+            crate::scenario::types::check_name_len(&format!("{at}.name"), &t.name)?;
             if t.name.is_empty() || !names.insert(t.name.as_str()) {
                 return Err(format!("{at}.name: `{}` is empty or not unique", t.name));
+            }
+            for (k, check) in t.tests.iter().enumerate() {
+                crate::scenario::types::check_name_len(&format!("{at}.tests[{k}].name"), &check.name)?;
             }
             if t.tools.is_empty() {
                 return Err(format!("{at}.tools: must offer at least one tool"));
@@ -190,6 +194,9 @@ impl AgenticParams {
             for (k, v) in t.variants.iter().enumerate() {
                 if v.keys().any(|name| name.is_empty() || name.contains(['{', '}'])) {
                     return Err(format!("{at}.variants[{k}]: placeholder names must be non-empty, without braces"));
+                }
+                for name in v.keys() {
+                    crate::scenario::types::check_name_len(&format!("{at}.variants[{k}]"), name)?;
                 }
             }
             if !t.tests.is_empty() && !t.tools.contains(&ToolName::RunTests) {

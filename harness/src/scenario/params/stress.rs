@@ -20,7 +20,8 @@ pub struct StressParams {
     #[schemars(inner(range(min = 2, max = MAX_TURNS)))]
     pub turns: [usize; 2],
     /// User-message length range in bytes; absent means derived from the engine so that conversations cross
-    /// the sliding window and the initial capacity.
+    /// the sliding window and the initial capacity. A given range whose longest conversation would not fit the
+    /// engine's context is an error (it is never cut to fit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(inner(range(min = 1, max = MAX_USER_LEN)))]
     pub user_len: Option<[usize; 2]>,

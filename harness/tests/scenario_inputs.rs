@@ -1,0 +1,82 @@
+//! Scenario values that cannot run on the engine they name are input errors (exit 2, naming the file and the
+//! field) before any trial runs: a slot the engine does not have, user texts longer than its context holds.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn kvproof() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kvproof"));
+    c.env("CI", "true");
+    c
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kvproof-inputs-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    dir
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn run(dir: &Path, scenario: &str) -> (PathBuf, Output) {
+    let path = dir.join("s.json");
+    std::fs::write(&path, scenario).expect("write scenario");
+    let o = kvproof().arg("run").arg(&path).arg("--out").arg(dir.join("out")).output().expect("run");
+    (path, o)
+}
+
+fn engine_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    kvproof::driver::sibling_binary(&exe, "kvproof-engine").unwrap_or_else(|| {
+        panic!("kvproof-engine is not built next to {}: run `cargo build -p kvproof-engines`", exe.display())
+    })
+}
+
+#[test]
+fn a_slot_a_bundled_engine_does_not_have_exits_2_at_the_field() {
+    let dir = tmp("bundled-slot");
+    let (path, o) = run(
+        &dir,
+        "{\"name\": \"s\", \"engine\": {\"arch\": \"inkling\"}, \"kind\": \"stress-pairs\",\n\
+         \"params\": {\"pairs\": 2, \"slot\": 7}}",
+    );
+    let msg = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{msg}");
+    assert!(msg.contains(&format!("{}:2:", path.display())) && msg.contains("params.slot"), "{msg}");
+    assert!(!dir.join("out").exists(), "nothing runs when an input is bad");
+}
+
+#[test]
+fn a_slot_a_command_engine_does_not_report_exits_2_before_trials_run() {
+    let dir = tmp("command-slot");
+    let engine = serde_json::to_string(&engine_binary().display().to_string()).expect("json");
+    let (path, o) = run(
+        &dir,
+        &format!(
+            "{{\"name\": \"s\", \"engine\": {{\"command\": [{engine}, \"--arch\", \"inkling\", \"--preset\", \"tiny\"]}},\n\
+             \"kind\": \"stress-pairs\", \"params\": {{\"pairs\": 2, \"slot\": 7}}}}"
+        ),
+    );
+    let msg = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{msg}");
+    assert!(msg.contains(&path.display().to_string()) && msg.contains("params.slot"), "{msg}");
+    assert!(!msg.contains("engine died"), "{msg}");
+    assert!(!dir.join("out").exists(), "nothing runs when an input is bad");
+}
+
+#[test]
+fn user_texts_longer_than_the_context_holds_are_an_error_not_clamped() {
+    let dir = tmp("user-len");
+    let (path, o) = run(
+        &dir,
+        "{\"name\": \"s\", \"engine\": {\"arch\": \"inkling\"}, \"kind\": \"stress-pairs\",\n\
+         \"params\": {\"pairs\": 1, \"turns\": [2, 2], \"user_len\": [100000, 100000]}}",
+    );
+    let msg = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{msg}");
+    assert!(msg.contains(&path.display().to_string()) && msg.contains("params.user_len"), "{msg}");
+    assert!(!dir.join("out").exists(), "nothing runs when an input is bad");
+}
