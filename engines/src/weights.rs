@@ -3,18 +3,17 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use safetensors::tensor::{Dtype, Metadata};
-use safetensors::SafeTensors;
+use safetensors::tensor::Dtype;
 
 use crate::error::{EngineError, Result};
 use crate::file_bytes::FileBytes;
+use crate::safetensors_layout::Layout;
 
 /// A safetensors file's tensors, by name.
 pub struct Weights {
     path: PathBuf,
     bytes: FileBytes,
-    header_len: usize,
-    metadata: Metadata,
+    layout: Layout,
 }
 
 impl std::fmt::Debug for Weights {
@@ -35,10 +34,11 @@ impl Weights {
     }
 
     fn parse(path: PathBuf, bytes: FileBytes) -> Result<Self> {
-        let (header_len, metadata) = SafeTensors::read_metadata(bytes.as_slice()).map_err(|e| {
-            EngineError::Weights { path: path.clone(), message: format!("not a safetensors file: {e}") }
+        let layout = Layout::parse(bytes.as_slice()).map_err(|e| EngineError::Weights {
+            path: path.clone(),
+            message: format!("not a safetensors file: {e}"),
         })?;
-        Ok(Weights { path, bytes, header_len, metadata })
+        Ok(Weights { path, bytes, layout })
     }
 
     pub fn path(&self) -> &Path {
@@ -52,26 +52,22 @@ impl Weights {
 
     /// Free-form metadata stored in the header.
     pub fn metadata(&self) -> BTreeMap<String, String> {
-        self.metadata.metadata().clone().map(|m| m.into_iter().collect()).unwrap_or_default()
+        self.layout.metadata().clone()
     }
 
     /// Tensor `name` as f32, checked against `shape`.
     pub fn tensor(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
         let err = |message: String| EngineError::Tensor { path: self.path.clone(), tensor: name.into(), message };
-        let info = self.metadata.info(name).ok_or_else(|| err("missing".into()))?;
+        let info = self.layout.tensor(name).ok_or_else(|| err("missing".into()))?;
         if info.dtype != Dtype::F32 {
             return Err(err(format!("dtype {:?}, expected F32", info.dtype)));
         }
         if info.shape != shape {
             return Err(err(format!("shape {:?}, expected {:?}", info.shape, shape)));
         }
-        let (start, end) = info.data_offsets;
-        let base = 8 + self.header_len;
+        // the layout checked the range against the file and the shape's size against the range
         let data =
-            self.bytes.as_slice().get(base + start..base + end).ok_or_else(|| err("data out of file bounds".into()))?;
-        if data.len() != shape.iter().product::<usize>() * 4 {
-            return Err(err(format!("{} bytes for shape {:?}", data.len(), shape)));
-        }
+            self.bytes.as_slice().get(info.bytes.clone()).ok_or_else(|| err("data out of file bounds".into()))?;
         Ok(data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
     }
 }
