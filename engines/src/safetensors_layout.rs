@@ -111,6 +111,11 @@ impl Layout {
         Ok(TensorSpan { dtype: raw.dtype, shape: raw.shape, bytes: data_start + start..data_start + end })
     }
 
+    /// Every tensor, in no particular order.
+    pub fn tensors(&self) -> impl Iterator<Item = (&str, &TensorSpan)> {
+        self.tensors.iter().map(|(name, span)| (name.as_str(), span))
+    }
+
     pub fn tensor(&self, name: &str) -> Option<&TensorSpan> {
         self.tensors.get(name)
     }

@@ -71,3 +71,12 @@ impl Weights {
         Ok(data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
     }
 }
+
+/// Fuzz entry: read `data` as a safetensors weight file and every tensor it lists as f32 of its own shape.
+pub fn fuzz_safetensors(data: &[u8]) {
+    let Ok(w) = Weights::from_bytes("<fuzz>", data.to_vec()) else { return };
+    let _ = w.metadata();
+    for (name, span) in w.layout.tensors() {
+        let _ = w.tensor(name, &span.shape);
+    }
+}
