@@ -131,6 +131,9 @@ pub enum DriverError {
     Start { engine: String, detail: String },
 }
 
+/// The code of a DUMP whose file the harness cannot read as a state dump: the trial is an error, not a skipped check.
+pub const DUMP_UNREADABLE: &str = "DUMP_UNREADABLE";
+
 impl DriverError {
     /// Whether the instance must be replaced before it is used again.
     pub fn is_fatal(&self) -> bool {

@@ -434,7 +434,8 @@ impl Driver for StdioDriver {
         self.engine.dump(slot, &path_str).map_err(|e| client_error(e, self.timeout))?;
         let dump = kvproof_engines::dump::read_file(&path);
         let _ = std::fs::remove_file(&path);
-        dump.map_err(|e| DriverError::Refused { code: "DUMP_FAILED".into(), detail: e.to_string() })
+        // the engine wrote a file the harness cannot read: the engine's fault, named by file and tensor or field
+        dump.map_err(|e| DriverError::Refused { code: super::DUMP_UNREADABLE.into(), detail: e.to_string() })
     }
 }
 

@@ -110,7 +110,7 @@ impl Sent {
             }
         }
         if let Some(Err(e)) = &self.dump {
-            if e.is_fatal() {
+            if e.is_fatal() || e.code() == crate::driver::DUMP_UNREADABLE {
                 return Some((format!("{who} (dump): {e}"), e.stderr_tail().map(str::to_string)));
             }
         }
@@ -264,6 +264,29 @@ impl<'a> Instances<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dump_the_harness_cannot_read_makes_the_trial_an_error() {
+        let dir = std::env::temp_dir().join(format!("kvproof-unreadable-dump-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp");
+        let path = dir.join("dump.safetensors");
+        std::fs::write(&path, b"\x10\0\0\0\0\0\0\0{}").expect("write");
+        let unreadable = kvproof_engines::dump::read_file(&path).expect_err("not a dump");
+        let sent = Sent {
+            role: Role::Warm,
+            request: Request::default(),
+            prompt_known: true,
+            result: Err(DriverError::Refused { code: "X".into(), detail: String::new() }),
+            dump: Some(Err(DriverError::Refused {
+                code: crate::driver::DUMP_UNREADABLE.into(),
+                detail: unreadable.to_string(),
+            })),
+            bytes: None,
+        };
+        let (why, _) = sent.fatal().expect("an error trial");
+        assert!(why.starts_with("warm (dump)") && why.contains("dump.safetensors"), "{why}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn request_ids_are_unique_and_readable() {
