@@ -80,3 +80,34 @@ pub fn fuzz_safetensors(data: &[u8]) {
         let _ = w.tensor(name, &span.shape);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(header: &str, data: &[u8]) -> Vec<u8> {
+        let mut out = (header.len() as u64).to_le_bytes().to_vec();
+        out.extend_from_slice(header.as_bytes());
+        out.extend_from_slice(data);
+        out
+    }
+
+    #[test]
+    fn claimed_offsets_and_shapes_are_checked_against_the_file() {
+        // offsets near usize::MAX (the safetensors crate's own reader overflows adding them)
+        let big = u64::MAX - 15;
+        let h = format!(r#"{{"w":{{"dtype":"U8","shape":[{big}],"data_offsets":[0,{big}]}}}}"#);
+        let e = Weights::from_bytes("model.safetensors", file(&h, &[])).expect_err("past the end").to_string();
+        assert!(e.contains("model.safetensors") && e.contains("tensor `w`"), "{e}");
+        // a shape of 2^62 x 4 floats behind 16 bytes
+        let h = r#"{"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,16]}}"#;
+        let e = Weights::from_bytes("model.safetensors", file(h, &[0; 16])).expect_err("overflow").to_string();
+        assert!(e.contains("model.safetensors") && e.contains("tensor `w`"), "{e}");
+        // a valid file: the tensor reads back, a wrong shape is named
+        let h = r#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
+        let w = Weights::from_bytes("model.safetensors", file(h, &[0, 0, 128, 63, 0, 0, 0, 64])).expect("valid");
+        assert_eq!(w.tensor("w", &[2]).expect("w"), vec![1.0, 2.0]);
+        let e = w.tensor("w", &[3]).expect_err("shape").to_string();
+        assert!(e.contains("tensor `w`") && e.contains("expected [3]"), "{e}");
+    }
+}
