@@ -9,11 +9,11 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use safetensors::tensor::{Dtype, TensorView};
-use safetensors::SafeTensors;
 use serde::{Deserialize, Serialize};
 
 use crate::dump::{CacheKind, DumpMeta, DumpTensor, RecordDump, StateDump, Writer, WriterKind};
 use crate::error::EngineError;
+use crate::safetensors_layout::Layout;
 
 /// Writer kind codes in the `writers` tensors.
 pub const WRITER_NONE: i64 = 0;
@@ -64,13 +64,17 @@ fn encode_writer(w: Option<Writer>) -> [i64; 4] {
     }
 }
 
+/// One row of a `writers` tensor: (request, kind, a, b).
 pub fn decode_writer(v: &[i64]) -> Result<Option<Writer>, String> {
-    let request = v[0] as u64;
-    let kind = match v[1] {
+    let &[request, kind, a, b] = v else {
+        return Err(format!("a writer row of {} values (4 expected)", v.len()));
+    };
+    let request = request as u64;
+    let kind = match kind {
         WRITER_NONE => return Ok(None),
-        WRITER_PREFILL => WriterKind::Prefill { chunk: v[2] as u32, chunk_rows: v[3] as u32 },
-        WRITER_DECODE => WriterKind::Decode { step: v[2] as u32 },
-        WRITER_COPIED => WriterKind::Copied { from_slot: v[2] as u32 },
+        WRITER_PREFILL => WriterKind::Prefill { chunk: a as u32, chunk_rows: b as u32 },
+        WRITER_DECODE => WriterKind::Decode { step: a as u32 },
+        WRITER_COPIED => WriterKind::Copied { from_slot: a as u32 },
         other => return Err(format!("unknown writer kind {other}")),
     };
     Ok(Some(Writer { request, kind }))
@@ -129,58 +133,92 @@ pub fn write_file(dump: &StateDump, path: &Path) -> Result<u64, EngineError> {
     Ok(bytes.len() as u64)
 }
 
+/// A dump's header and the layout of its arrays, every array checked against the header: present, of the dtype
+/// and shape the header's rows and width give (computed with checked arithmetic), inside the file.
+#[derive(Debug, Clone)]
+pub struct CheckedDump {
+    pub header: FileHeader,
+    pub layout: Layout,
+}
+
+impl CheckedDump {
+    /// The byte range of array `name` (checked to lie inside the file when the dump was read).
+    pub fn span(&self, name: &str) -> Option<std::ops::Range<usize>> {
+        self.layout.tensor(name).map(|t| t.bytes.clone())
+    }
+}
+
 /// Parse the header of a dump held in `bytes`.
 pub fn read_header(bytes: &[u8]) -> Result<FileHeader, String> {
-    let (_, metadata) =
-        SafeTensors::read_metadata(bytes).map_err(|e| format!("not a safetensors file (truncated or corrupt): {e}"))?;
-    let json = metadata
-        .metadata()
-        .as_ref()
-        .and_then(|m| m.get("kvproof"))
-        .ok_or("not a kvproof state dump: no `kvproof` metadata key")?;
+    Ok(read_checked(bytes)?.header)
+}
+
+fn expect_array(layout: &Layout, name: &str, dtype: Dtype, shape: &[usize]) -> Result<(), String> {
+    let t = layout.tensor(name).ok_or_else(|| format!("tensor `{name}` is missing"))?;
+    if t.dtype != dtype || t.shape != shape {
+        return Err(format!("tensor `{name}`: {:?} {:?}, the header says {dtype:?} {shape:?}", t.dtype, t.shape));
+    }
+    Ok(())
+}
+
+/// Read a dump's header and check every array it names against the file, before anything is sized by it.
+pub fn read_checked(bytes: &[u8]) -> Result<CheckedDump, String> {
+    let layout = Layout::parse(bytes).map_err(|e| format!("not a safetensors file (truncated or corrupt): {e}"))?;
+    let json = layout.metadata().get("kvproof").ok_or("not a kvproof state dump: no `kvproof` metadata key")?;
     let header: FileHeader = serde_json::from_str(json).map_err(|e| format!("metadata `kvproof`: {e}"))?;
     if header.format != FORMAT {
         return Err(format!("format `{}`, expected `{FORMAT}`", header.format));
     }
-    Ok(header)
-}
-
-fn f32s(st: &SafeTensors, name: &str, n: usize) -> Result<Vec<f32>, String> {
-    let t = st.tensor(name).map_err(|e| format!("tensor `{name}`: {e}"))?;
-    if t.dtype() != Dtype::F32 || t.data().len() != n * 4 {
-        return Err(format!("tensor `{name}`: {:?} {:?}, expected F32 with {n} values", t.dtype(), t.shape()));
-    }
-    Ok(t.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
-}
-
-fn i64s(st: &SafeTensors, name: &str, n: usize) -> Result<Vec<i64>, String> {
-    let t = st.tensor(name).map_err(|e| format!("tensor `{name}`: {e}"))?;
-    if t.dtype() != Dtype::I64 || t.data().len() != n * 8 {
-        return Err(format!("tensor `{name}`: {:?} {:?}, expected I64 with {n} values", t.dtype(), t.shape()));
-    }
-    Ok(t.data().chunks_exact(8).map(|b| i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])).collect())
-}
-
-/// Decode a whole dump from its bytes.
-pub fn from_bytes(bytes: &[u8]) -> Result<StateDump, String> {
-    let header = read_header(bytes)?;
-    let st =
-        SafeTensors::deserialize(bytes).map_err(|e| format!("not a safetensors file (truncated or corrupt): {e}"))?;
-    let mut tensors = Vec::with_capacity(header.tensors.len());
+    let mut seen = std::collections::HashSet::new();
     for e in &header.tensors {
-        let (data, positions, writers) = if e.rows == 0 {
-            (Vec::new(), Vec::new(), Vec::new())
-        } else {
-            let data = f32s(&st, &e.key("rows"), e.rows * e.width)?;
-            let positions = i64s(&st, &e.key("positions"), e.rows)?;
-            let raw = i64s(&st, &e.key("writers"), e.rows * 4)?;
-            let writers = raw
-                .chunks_exact(4)
-                .map(decode_writer)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|m| format!("tensor `{}`: {m}", e.key("writers")))?;
-            (data, positions, writers)
-        };
+        if !seen.insert((e.layer, e.name.as_str())) {
+            return Err(format!("metadata `kvproof`: tensor `layers.{}.{}` is listed twice", e.layer, e.name));
+        }
+        if e.rows == 0 {
+            continue;
+        }
+        if e.rows.checked_mul(e.width).and_then(|n| n.checked_mul(4)).is_none() {
+            return Err(format!(
+                "metadata `kvproof`: tensor `{}`: {} rows of width {} overflow",
+                e.key("rows"),
+                e.rows,
+                e.width
+            ));
+        }
+        expect_array(&layout, &e.key("rows"), Dtype::F32, &[e.rows, e.width])?;
+        expect_array(&layout, &e.key("positions"), Dtype::I64, &[e.rows])?;
+        expect_array(&layout, &e.key("writers"), Dtype::I64, &[e.rows, 4])?;
+    }
+    let ids = layout.tensor("record.ids").ok_or("tensor `record.ids` is missing")?;
+    let n_ids = ids.shape.first().copied().unwrap_or(0);
+    expect_array(&layout, "record.ids", Dtype::I64, &[n_ids])?;
+    Ok(CheckedDump { header, layout })
+}
+
+/// Array `name` of a checked dump, as little-endian chunks of `N` bytes (its dtype and size already checked).
+fn values<'a, const N: usize>(dump: &CheckedDump, bytes: &'a [u8], name: &str) -> impl Iterator<Item = [u8; N]> + 'a {
+    let span = dump.span(name).unwrap_or(0..0);
+    bytes[span].chunks_exact(N).map(|b| {
+        let mut a = [0u8; N];
+        a.copy_from_slice(b);
+        a
+    })
+}
+
+/// Decode a whole dump from its bytes. Every array is checked against the header first, so nothing is allocated
+/// beyond what the file really holds.
+pub fn from_bytes(bytes: &[u8]) -> Result<StateDump, String> {
+    let checked = read_checked(bytes)?;
+    let mut tensors = Vec::with_capacity(checked.header.tensors.len());
+    for e in &checked.header.tensors {
+        let data = values::<4>(&checked, bytes, &e.key("rows")).map(f32::from_le_bytes).collect();
+        let positions = values::<8>(&checked, bytes, &e.key("positions")).map(i64::from_le_bytes).collect();
+        let raw: Vec<i64> = values::<8>(&checked, bytes, &e.key("writers")).map(i64::from_le_bytes).collect();
+        let writers = raw
+            .chunks_exact(4)
+            .map(decode_writer)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|m| format!("tensor `{}`: {m}", e.key("writers")))?;
         tensors.push(DumpTensor {
             layer: e.layer,
             name: e.name.clone(),
@@ -191,17 +229,34 @@ pub fn from_bytes(bytes: &[u8]) -> Result<StateDump, String> {
             writers,
         });
     }
-    let n_ids =
-        st.tensor("record.ids").map_err(|e| format!("tensor `record.ids`: {e}"))?.shape().first().copied().unwrap_or(0);
-    let ids = i64s(&st, "record.ids", n_ids)?
-        .into_iter()
+    let ids = values::<8>(&checked, bytes, "record.ids")
+        .map(i64::from_le_bytes)
         .map(|v| u32::try_from(v).map_err(|_| format!("tensor `record.ids`: id {v} out of range")))
         .collect::<Result<Vec<_>, _>>()?;
+    let header = checked.header;
     Ok(StateDump {
         meta: header.meta,
         record: RecordDump { ids, tainted: header.record_tainted, capacity: header.record_capacity },
         tensors,
     })
+}
+
+/// `bytes` with its `kvproof` metadata document rewritten by `edit` and the data left as it was: how tests and
+/// fuzz seeds make a dump whose header claims what its data does not hold. `None` if `bytes` is no dump.
+pub fn rewrite_metadata(bytes: &[u8], edit: impl FnOnce(&mut serde_json::Value)) -> Option<Vec<u8>> {
+    let n = usize::try_from(u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?)).ok()?;
+    let data = bytes.get(8usize.checked_add(n)?..)?;
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).ok()?;
+    let doc = header.get_mut("__metadata__")?.get_mut("kvproof")?;
+    let mut meta: serde_json::Value = serde_json::from_str(doc.as_str()?).ok()?;
+    edit(&mut meta);
+    *doc = serde_json::Value::String(meta.to_string());
+    let mut text = header.to_string().into_bytes();
+    text.resize(text.len().next_multiple_of(8), b' ');
+    let mut out = (text.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&text);
+    out.extend_from_slice(data);
+    Some(out)
 }
 
 /// Read a dump file; errors name the file and what is wrong with it.
@@ -230,6 +285,34 @@ mod tests {
         let a = to_bytes(&d).expect("encode");
         assert_eq!(a, to_bytes(&d).expect("encode again"));
         assert_eq!(from_bytes(&a).expect("decode"), d);
+    }
+
+    #[test]
+    fn claimed_sizes_are_checked_against_the_data_before_anything_is_allocated() {
+        let bytes = to_bytes(&sample_dump()).expect("encode");
+        let claim = |edit: &dyn Fn(&mut serde_json::Value)| {
+            from_bytes(&rewrite_metadata(&bytes, edit).expect("a dump")).expect_err("a false claim")
+        };
+        // rows x width x 4 overflows
+        let e = claim(&|m| m["tensors"][0]["rows"] = (1u64 << 62).into());
+        assert!(e.contains("layers.0.k.rows") && e.contains("overflow"), "{e}");
+        let e = claim(&|m| m["tensors"][0]["width"] = (1u64 << 62).into());
+        assert!(e.contains("layers.0.k.rows") && e.contains("overflow"), "{e}");
+        // a claim the arrays do not back
+        let e = claim(&|m| m["tensors"][0]["rows"] = 1_000_000_000_000u64.into());
+        assert!(e.contains("tensor `layers.0.k.rows`") && e.contains("the header says F32 [1000000000000, 32]"), "{e}");
+        let e = claim(&|m| m["tensors"][1] = m["tensors"][0].clone());
+        assert!(e.contains("listed twice"), "{e}");
+    }
+
+    #[test]
+    fn safetensors_offsets_near_the_end_of_the_address_space_are_an_error() {
+        let big = u64::MAX - 15;
+        let header = format!(r#"{{"x":{{"dtype":"U8","shape":[{big}],"data_offsets":[0,{big}]}}}}   "#);
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header.as_bytes());
+        let e = from_bytes(&bytes).expect_err("offsets past the end");
+        assert!(e.contains("tensor `x`"), "{e}");
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub mod kernels;
 pub mod moe;
 pub mod prefix;
 pub mod rng;
+pub mod safetensors_layout;
 pub mod sampler;
 pub mod serve;
 pub mod state_diff;

@@ -227,6 +227,7 @@ pub struct StateDiff {
     pub covered: usize,
     pub record: RecordDiff,
     pub first: Option<FirstRow>,
+    /// One per layer the dumps list, ascending.
     pub layers: Vec<LayerDiff>,
     pub tensors: Vec<TensorDiff>,
 }
@@ -455,11 +456,16 @@ fn diff_tensor(a: &TensorRows<'_>, b: &TensorRows<'_>, covered: usize) -> (Tenso
     (t, first)
 }
 
+/// One entry per layer some tensor names, ascending: sized by the tensors a dump really lists, never by the
+/// largest layer index it claims.
 fn layers_of(tensors: &[TensorDiff]) -> Vec<LayerDiff> {
-    let n_layers = tensors.iter().map(|t| t.layer + 1).max().unwrap_or(0);
-    (0..n_layers)
-        .map(|l| {
-            let mine: Vec<&TensorDiff> = tensors.iter().filter(|t| t.layer == l).collect();
+    let mut by_layer: std::collections::BTreeMap<usize, Vec<&TensorDiff>> = std::collections::BTreeMap::new();
+    for t in tensors {
+        by_layer.entry(t.layer).or_default().push(t);
+    }
+    by_layer
+        .into_iter()
+        .map(|(l, mine)| {
             let first = mine.iter().filter(|t| t.first_divergent_pos.is_some()).min_by_key(|t| t.first_divergent_pos);
             LayerDiff {
                 layer: l,
@@ -491,6 +497,8 @@ pub fn compare(a: &impl DumpSource, b: &impl DumpSource) -> Result<StateDiff, In
         return Err(Incomparable::TensorCount(a.tensor_count(), b.tensor_count()));
     }
     let covered = ma.len.min(mb.len);
+    // positions are i64 and compared runs half-open, so the last position any state can cover is i64::MAX - 1
+    let covered_positions = covered.min(i64::MAX as usize);
     let per_tensor: Vec<(TensorDiff, TensorFirst)> = (0..a.tensor_count())
         .into_par_iter()
         .map(|i| {
@@ -504,7 +512,7 @@ pub fn compare(a: &impl DumpSource, b: &impl DumpSource) -> Result<StateDiff, In
             if let Some(bad) = ta.malformed().or_else(|| tb.malformed()) {
                 return Err(Incomparable::Malformed(bad));
             }
-            Ok(diff_tensor(&ta, &tb, covered))
+            Ok(diff_tensor(&ta, &tb, covered_positions))
         })
         .collect::<Result<_, _>>()?;
 
@@ -669,6 +677,32 @@ mod tests {
         let mut c = w.clone();
         c.tensors.clear();
         assert_eq!(compare(&w, &c), Err(Incomparable::TensorCount(1, 0)));
+    }
+
+    #[test]
+    fn a_huge_layer_index_is_one_layer_not_a_table_sized_by_it() {
+        // a tensor with no rows may name any layer; the per-layer table holds the layers present, nothing more
+        for layer in [1usize << 40, usize::MAX] {
+            let mut w = dump(1, &[0], vec![tensor(0, CacheKind::Full, &[0], &[1.0])]);
+            w.tensors.push(tensor(layer, CacheKind::Full, &[], &[]));
+            let d = diff(&w, &w);
+            assert!(d.identical());
+            assert_eq!(d.layers.iter().map(|l| l.layer).collect::<Vec<_>>(), vec![0, layer]);
+            assert_eq!(d.layers[1].rows_compared, 0);
+        }
+    }
+
+    #[test]
+    fn positions_at_the_end_of_the_range_do_not_overflow() {
+        // positions are i64 and runs half-open: i64::MAX itself lies past any state's covered length
+        let p = i64::MAX;
+        let w = dump(usize::MAX, &[0], vec![tensor(0, CacheKind::Full, &[p - 1, p], &[1.0, 2.0])]);
+        let mut c = w.clone();
+        c.tensors[0].data[0] = 3.0;
+        c.tensors[0].data[1] = 4.0;
+        let d = diff(&w, &c);
+        assert_eq!(d.tensors[0].compared, vec![(p - 1, p)]);
+        assert_eq!((d.rows_compared(), d.first.as_ref().map(|f| f.position)), (1, Some(p - 1)));
     }
 
     #[test]

@@ -459,6 +459,20 @@ fn parse_header(bytes: &[u8]) -> std::result::Result<Header, HeaderError> {
     Ok(Header { version, alignment, data_start, metadata, tensors })
 }
 
+/// Fuzz entry: read `data` as a GGUF file: the header, every metadata value through the typed getters, and
+/// every tensor of the directory.
+pub fn fuzz_gguf(data: &[u8]) {
+    let Ok(g) = Gguf::from_bytes("<fuzz>", data.to_vec()) else { return };
+    for (key, value) in g.metadata() {
+        let _ = (value.describe(), g.str(key), g.usize(key), g.int(key), g.float(key), g.bool(key));
+        let _ = (g.strings(key), g.ints(key), g.floats(key));
+    }
+    let _ = (g.architecture(), g.chat_template());
+    for t in g.tensors() {
+        let _ = (t.elems(), t.shape(), g.tensor(&t.name).map(|d| d.bytes.len()));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::write::Builder;

@@ -1,31 +1,37 @@
 //! A state dump read through a memory map: the header is parsed, every array is checked against it, and rows are
 //! read straight from the mapped bytes.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use std::borrow::Cow;
 
 use kvproof_engines::dump::{DumpMeta, Writer};
-use kvproof_engines::dump_file::{decode_writer, read_header, FileHeader, TensorEntry};
+use kvproof_engines::dump_file::{decode_writer, read_checked, CheckedDump, FileHeader, TensorEntry};
 use kvproof_engines::state_diff::{DumpSource, RowData, TensorRows};
-use safetensors::tensor::Dtype;
-use safetensors::SafeTensors;
 
 use super::ProvenanceError;
 
-/// Byte range and checked shape of one array in the file.
-#[derive(Debug, Clone, Copy)]
-struct Span {
-    start: usize,
-    end: usize,
+/// A dump's bytes: mapped from a file, or held in memory.
+enum DumpBytes {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for DumpBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            DumpBytes::Mapped(m) => m,
+            DumpBytes::Owned(v) => v,
+        }
+    }
 }
 
 pub struct MappedDump {
     pub path: PathBuf,
     pub header: FileHeader,
-    map: memmap2::Mmap,
-    spans: HashMap<String, Span>,
+    map: DumpBytes,
+    checked: CheckedDump,
 }
 
 impl std::fmt::Debug for MappedDump {
@@ -36,48 +42,28 @@ impl std::fmt::Debug for MappedDump {
 
 impl MappedDump {
     pub fn open(path: &Path) -> Result<Self, ProvenanceError> {
-        let bad = |message: String| ProvenanceError::BadDump { path: path.into(), message };
         let file = std::fs::File::open(path).map_err(|source| ProvenanceError::Io { path: path.into(), source })?;
         // Safety: read-only private map of a dump file; kvproof never rewrites a dump it is reading, and a file
         // truncated underneath us by another process is outside what we defend against.
         #[allow(unsafe_code)]
         let map =
             unsafe { memmap2::Mmap::map(&file) }.map_err(|source| ProvenanceError::Io { path: path.into(), source })?;
-        let header = read_header(&map).map_err(bad)?;
-        let (header_len, metadata) = SafeTensors::read_metadata(&map).map_err(|e| bad(e.to_string()))?;
-        let base = 8 + header_len;
-        let mut spans = HashMap::new();
-        let mut expect = |name: String, dtype: Dtype, shape: Vec<usize>| -> Result<(), ProvenanceError> {
-            let info = metadata.info(&name).ok_or_else(|| bad(format!("tensor `{name}` is missing")))?;
-            if info.dtype != dtype || info.shape != shape {
-                return Err(bad(format!(
-                    "tensor `{name}`: {:?} {:?}, the header says {:?} {:?}",
-                    info.dtype, info.shape, dtype, shape
-                )));
-            }
-            let (start, end) = (base + info.data_offsets.0, base + info.data_offsets.1);
-            if end > map.len() {
-                return Err(bad(format!("tensor `{name}` runs past the end of the file (truncated?)")));
-            }
-            spans.insert(name, Span { start, end });
-            Ok(())
-        };
-        for e in &header.tensors {
-            if e.rows == 0 {
-                continue;
-            }
-            expect(e.key("rows"), Dtype::F32, vec![e.rows, e.width])?;
-            expect(e.key("positions"), Dtype::I64, vec![e.rows])?;
-            expect(e.key("writers"), Dtype::I64, vec![e.rows, 4])?;
-        }
-        let ids = metadata.info("record.ids").ok_or_else(|| bad("tensor `record.ids` is missing".into()))?;
-        let n_ids = ids.shape.first().copied().unwrap_or(0);
-        expect("record.ids".into(), Dtype::I64, vec![n_ids])?;
-        Ok(MappedDump { path: path.into(), header, map, spans })
+        Self::new(path.into(), DumpBytes::Mapped(map))
+    }
+
+    /// A dump held in memory; `origin` names it in errors.
+    pub fn from_bytes(origin: &str, bytes: Vec<u8>) -> Result<Self, ProvenanceError> {
+        Self::new(origin.into(), DumpBytes::Owned(bytes))
+    }
+
+    /// Every array the header names is checked against the file here, before anything is sized by it.
+    fn new(path: PathBuf, map: DumpBytes) -> Result<Self, ProvenanceError> {
+        let checked = read_checked(&map).map_err(|message| ProvenanceError::BadDump { path: path.clone(), message })?;
+        Ok(MappedDump { path, header: checked.header.clone(), map, checked })
     }
 
     fn bytes(&self, name: &str) -> &[u8] {
-        self.spans.get(name).map(|s| &self.map[s.start..s.end]).unwrap_or(&[])
+        self.checked.span(name).and_then(|s| self.map.get(s)).unwrap_or(&[])
     }
 
     /// Total bytes of the file.
@@ -97,8 +83,8 @@ impl MappedDump {
     /// Row `i` of tensor `e` as little-endian f32 bytes.
     pub fn row_bytes(&self, e: &TensorEntry, i: usize) -> &[u8] {
         let all = self.bytes(&e.key("rows"));
-        let w = e.width * 4;
-        all.get(i * w..(i + 1) * w).unwrap_or(&[])
+        let Some(w) = e.width.checked_mul(4) else { return &[] };
+        i.checked_mul(w).and_then(|start| all.get(start..start.checked_add(w)?)).unwrap_or(&[])
     }
 
     fn i64s(&self, name: &str) -> Vec<i64> {

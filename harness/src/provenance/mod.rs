@@ -1,10 +1,11 @@
 //! KV provenance: state dumps read through a memory map (`mapped`), compared by the one row matcher
 //! (`kvproof_engines::state_diff`: rows matched by the absolute position they hold, never by slot index), the diff
 //! rendered as a table, CSV and JSON (`render`), a failing comparison's dumps and diff kept in a run folder
-//! (`capture`), and the diff's throughput against a plain byte comparison (`bench`).
+//! (`capture`), the diff's throughput against a plain byte comparison (`bench`), and the fuzz entries (`fuzz`).
 
 pub mod bench;
 pub mod capture;
+pub mod fuzz;
 pub mod mapped;
 pub mod render;
 

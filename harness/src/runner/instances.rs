@@ -267,6 +267,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_dump_the_harness_cannot_read_makes_the_trial_an_error() {
+        let dir = std::env::temp_dir().join(format!("kvproof-unreadable-dump-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp");
+        let path = dir.join("dump.safetensors");
+        std::fs::write(&path, b"\x10\0\0\0\0\0\0\0{}").expect("write");
+        let unreadable = kvproof_engines::dump::read_file(&path).expect_err("not a dump");
+        let sent = Sent {
+            role: Role::Warm,
+            request: Request::default(),
+            prompt_known: true,
+            result: Err(DriverError::Refused { code: "X".into(), detail: String::new() }),
+            dump: Some(Err(DriverError::Malformed { what: "DUMP of slot 0".into(), detail: unreadable.to_string() })),
+            bytes: None,
+        };
+        let (why, _) = sent.fatal().expect("an error trial");
+        assert!(why.starts_with("warm (dump)") && why.contains("dump.safetensors"), "{why}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn request_ids_are_unique_and_readable() {
         assert_eq!(request_id(5, 1, Role::Cold, 0), 5_001_200);
         assert_eq!(request_id(0, 3, Role::Warm, 2), 3_102);
