@@ -23,6 +23,8 @@ pub enum LayoutError {
     HeaderTooLarge(u64),
     #[error("header is not valid JSON for a safetensors file: {0}")]
     HeaderJson(String),
+    #[error("the tensors' data ends at byte {end}, the file at {file_len} (truncated or trailing bytes)")]
+    DataLength { end: usize, file_len: usize },
     #[error("tensor `{tensor}`: {message}")]
     Tensor { tensor: String, message: String },
 }
@@ -81,6 +83,7 @@ impl Layout {
             let span = Self::span(&name, value, data_start, data_len)?;
             layout.tensors.insert(name, span);
         }
+        layout.check_packed(data_start, bytes.len())?;
         Ok(layout)
     }
 
@@ -109,6 +112,24 @@ impl Layout {
             )));
         }
         Ok(TensorSpan { dtype: raw.dtype, shape: raw.shape, bytes: data_start + start..data_start + end })
+    }
+
+    /// As the format requires: the tensors' data back to back, from the end of the header to the end of the file.
+    fn check_packed(&self, data_start: usize, file_len: usize) -> Result<(), LayoutError> {
+        let mut spans: Vec<(&String, &Range<usize>)> = self.tensors.iter().map(|(n, t)| (n, &t.bytes)).collect();
+        spans.sort_by_key(|(_, r)| (r.start, r.end));
+        let mut at = data_start;
+        for (name, r) in spans {
+            if r.start != at {
+                let message = format!("data starts at byte {}, expected {at} (a gap or an overlap)", r.start);
+                return Err(LayoutError::Tensor { tensor: name.clone(), message });
+            }
+            at = r.end;
+        }
+        if at != file_len {
+            return Err(LayoutError::DataLength { end: at, file_len });
+        }
+        Ok(())
     }
 
     /// Every tensor, in no particular order.
@@ -175,5 +196,11 @@ mod tests {
         assert_eq!(Layout::parse(&[0; 5]).expect_err("short"), LayoutError::TooShort(5));
         let e = Layout::parse(&file(r#"{"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"z":1}}"#, &[0; 4]));
         assert!(e.is_err());
+        // trailing bytes and gaps, which the format forbids
+        let h = r#"{"x":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}}"#;
+        assert!(Layout::parse(&file(h, &[1, 2])).is_ok());
+        assert!(Layout::parse(&file(h, &[1, 2, 3])).expect_err("trailing").to_string().contains("trailing"));
+        let h = r#"{"x":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}"#;
+        assert!(Layout::parse(&file(h, &[1, 2])).expect_err("gap").to_string().contains("tensor `x`"));
     }
 }
