@@ -165,6 +165,26 @@ fn run_exit_codes_artifacts_and_report_rebuild() {
     let md = std::fs::read_to_string(faulty.join("summary.md")).expect("summary");
     assert!(md.contains("diverge-last / turn 2") && md.contains("`reuse`: reused"), "{md}");
 
+    // a hostile diff.json in the run folder (layer indices and positions at the integer edges) still draws a
+    // bounded heatmap, and the report is rebuilt (on 87df1d6 the picture was sized by the layer index, and
+    // plotters overflowed placing the positions)
+    let diff_json = faulty.join("provenance/small/diverge-last/turn-2/diff.json");
+    let mut d: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&diff_json).expect("diff.json")).expect("json");
+    d["first"]["layer"] = u64::MAX.into();
+    d["first"]["position"] = i64::MAX.into();
+    let mut last = d["layers"][0].clone();
+    last["layer"] = u64::MAX.into();
+    d["layers"].as_array_mut().expect("layers").push(last);
+    for t in d["tensors"].as_array_mut().expect("tensors") {
+        t["layer"] = u64::MAX.into();
+    }
+    std::fs::write(&diff_json, d.to_string()).expect("write");
+    let o = kvproof().arg("report").arg(&faulty).output().expect("report");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let svg = std::fs::read_to_string(faulty.join("plots/heatmap-01-small-diverge-last-turn-2.svg")).expect("heatmap");
+    assert!(svg.len() < 1 << 20, "{} bytes", svg.len());
+
     // a report of a run folder with a torn results file still rebuilds; a corrupted one names the line
     let results = std::fs::read_to_string(faulty.join("results.jsonl")).expect("results");
     let mut lines: Vec<&str> = results.lines().collect();

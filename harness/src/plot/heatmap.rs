@@ -47,6 +47,9 @@ fn render<DB: DrawingBackend>(
     let (main, legend) = upper.split_horizontally(size.0 - 170);
     // Band r spans [r - 0.5, r + 0.5], so its label sits at the middle of its band.
     let band = |layer: usize| rank.get(&layer).map(|&r| (r as f64 - 0.5, r as f64 + 0.5));
+    // Every position is drawn clamped to the axis: plotters maps an i64 onto pixels with unchecked arithmetic, so a
+    // position a diff file puts far past `covered` (or below 0) would overflow inside it.
+    let x = move |p: i64| p.clamp(0, positions);
     let mut chart = ChartBuilder::on(&main)
         .caption(title, (FAMILY, 18))
         .margin(12)
@@ -71,13 +74,15 @@ fn render<DB: DrawingBackend>(
     // Positions both states hold and compared identical are light grey; positions one side does not hold (outside
     // a ring's window, past a shorter state) stay white: "no difference" must look different from "not compared".
     let identical = d.tensors.iter().filter_map(|t| band(t.layer).map(|b| (t, b))).flat_map(|(t, (y0, y1))| {
-        t.compared.iter().map(move |&(p0, p1)| Rectangle::new([(p0, y0), (p1, y1)], RGBColor(235, 235, 235).filled()))
+        t.compared
+            .iter()
+            .map(move |&(p0, p1)| Rectangle::new([(x(p0), y0), (x(p1), y1)], RGBColor(235, 235, 235).filled()))
     });
     chart.draw_series(identical).map_err(|x| e(&x))?;
     let cells = d.tensors.iter().filter_map(|t| band(t.layer).map(|b| (t, b))).flat_map(|(t, (y0, y1))| {
         t.divergent.iter().map(move |&(p, v)| {
             let c = colour((v as f64).max(1e-12).log10(), lo, hi);
-            Rectangle::new([(p, y0), (p.saturating_add(1), y1)], c.filled())
+            Rectangle::new([(x(p), y0), (x(p.saturating_add(1)), y1)], c.filled())
         })
     });
     chart.draw_series(cells).map_err(|x| e(&x))?;
@@ -85,7 +90,8 @@ fn render<DB: DrawingBackend>(
     // summary.md and diff.txt name.
     if let Some(f) = &d.first {
         if let Some((y0, y1)) = band(f.layer) {
-            let ring = Rectangle::new([(f.position, y0), (f.position.saturating_add(1), y1)], BLACK.stroke_width(2));
+            let (p0, p1) = (x(f.position), x(f.position.saturating_add(1)));
+            let ring = Rectangle::new([(p0, y0), (p1, y1)], BLACK.stroke_width(2));
             chart.draw_series(std::iter::once(ring)).map_err(|x| e(&x))?;
         }
         let line = format!("first divergent row: {}", f.describe("warm", "cold"));
@@ -213,6 +219,18 @@ mod tests {
         draw(&d, &path, "hostile").expect("drawn");
         let (w, h) = svg_size(&path);
         assert!(w <= 960 && h <= u64::from(MAX_HEIGHT), "{w} x {h}");
+        // positions far outside what the diff says it covered (plotters overflowed placing them)
+        let mut outside = tensor(0, i64::MAX);
+        outside.compared = vec![(i64::MIN, i64::MAX)];
+        let d = StateDiff {
+            covered: 40,
+            first: d.first.map(|f| FirstRow { layer: 0, position: i64::MAX, ..f }),
+            tensors: vec![outside, tensor(1, i64::MIN)],
+            ..d
+        };
+        for ext in ["svg", "png"] {
+            draw(&d, &dir.join(format!("outside.{ext}")), "outside").expect("drawn");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
