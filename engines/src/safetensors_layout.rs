@@ -155,16 +155,18 @@ impl Layout {
     }
 }
 
+/// A safetensors file from a header written by hand (tests that claim what no serializer would write).
+#[cfg(test)]
+pub(crate) fn file(header: &str, data: &[u8]) -> Vec<u8> {
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn file(header: &str, data: &[u8]) -> Vec<u8> {
-        let mut out = (header.len() as u64).to_le_bytes().to_vec();
-        out.extend_from_slice(header.as_bytes());
-        out.extend_from_slice(data);
-        out
-    }
 
     #[test]
     fn a_written_file_reads_back() {

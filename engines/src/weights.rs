@@ -84,13 +84,7 @@ pub fn fuzz_safetensors(data: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn file(header: &str, data: &[u8]) -> Vec<u8> {
-        let mut out = (header.len() as u64).to_le_bytes().to_vec();
-        out.extend_from_slice(header.as_bytes());
-        out.extend_from_slice(data);
-        out
-    }
+    use crate::safetensors_layout::file;
 
     #[test]
     fn claimed_offsets_and_shapes_are_checked_against_the_file() {

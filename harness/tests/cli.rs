@@ -2,24 +2,10 @@
 //! rebuild, and the small commands.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn kvproof() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_kvproof"));
-    c.env("CI", "true");
-    c
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kvproof-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("tmp dir");
-    dir
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
+mod support;
+use support::{kvproof, text, tmp};
 
 fn write(dir: &Path, name: &str, body: &str) -> PathBuf {
     let p = dir.join(name);

@@ -3,24 +3,10 @@
 //! not asserted here (tests do not time things); the reuse fraction is exact and is what the fault breaks.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn kvproof() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_kvproof"));
-    c.env("CI", "true");
-    c
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kvproof-growth-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("tmp dir");
-    dir
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
+mod support;
+use support::{kvproof, text, tmp};
 
 /// Six turns on inkling/tiny crossing its initial capacity (64) twice, so capacity growth happens mid-curve.
 fn scenario(dir: &Path) -> PathBuf {

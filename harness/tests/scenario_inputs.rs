@@ -2,24 +2,10 @@
 //! field) before any trial runs: a slot the engine does not have, user texts longer than its context holds.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn kvproof() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_kvproof"));
-    c.env("CI", "true");
-    c
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kvproof-inputs-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("tmp dir");
-    dir
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
+mod support;
+use support::{kvproof, text, tmp};
 
 fn run(dir: &Path, scenario: &str) -> (PathBuf, Output) {
     let path = dir.join("s.json");

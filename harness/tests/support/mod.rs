@@ -1,0 +1,28 @@
+//! What the command-line tests share: the built `kvproof`, a fresh scratch folder per test, and a command's output
+//! as one text for assertion messages.
+
+// each test binary uses the part it needs
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// The `kvproof` binary of this build, run as under CI (no progress bars).
+pub fn kvproof() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kvproof"));
+    c.env("CI", "true");
+    c
+}
+
+/// An empty scratch folder named after the test binary, the process and `name`.
+pub fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kvproof-{}-{}-{name}", env!("CARGO_CRATE_NAME"), std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    dir
+}
+
+/// stdout then stderr.
+pub fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
