@@ -429,7 +429,7 @@ impl Driver for StdioDriver {
         std::fs::create_dir_all(&self.dump_dir)
             .map_err(|e| DriverError::Unsupported(format!("{}: {e}", self.dump_dir.display())))?;
         let n = DUMPS.fetch_add(1, Ordering::Relaxed);
-        let path = self.dump_dir.join(format!("dump-{}-{n}.json", self.engine.pid()));
+        let path = self.dump_dir.join(format!("dump-{}-{n}.safetensors", self.engine.pid()));
         let path_str = path.to_string_lossy().into_owned();
         self.engine.dump(slot, &path_str).map_err(|e| client_error(e, self.timeout))?;
         let dump = kvproof_engines::dump::read_file(&path);

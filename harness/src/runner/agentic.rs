@@ -11,6 +11,7 @@
 use kvproof_engines::chat::TextMessage;
 use rayon::prelude::*;
 
+use super::guard::catch_panic;
 use super::instances::{Instances, Role, Sent, TurnRequest};
 use super::paired::{run_compared, settle, NoTap, Paired, Tap};
 use super::plan_state::{reply_text, PlanState};
@@ -163,7 +164,20 @@ pub fn run_session(
             }
         };
         let chat = prepared.turn.chat.clone().unwrap_or_default();
-        let compared = run_compared(ctx, &mut inst, &mut ps, at, si, &step, &prepared, tap, |_, _, _, _| None);
+        let compared =
+            catch_panic(|| run_compared(ctx, &mut inst, &mut ps, at, si, &step, &prepared, tap, |_, _, _, _| None));
+        let compared = match compared {
+            Ok(c) => c,
+            Err(panic) => {
+                // The session's state (engine, transcript, sandbox) is no longer trusted: this turn is an error
+                // and the session ends here; the records before it stand.
+                let mut r = ctx.base_record(plan, plan_index, &step, si);
+                r.error = Some(format!("kvproof panicked while running or checking this turn: {panic}"));
+                ctx.emit(r, &mut out);
+                ctx.progress.inc(1);
+                break;
+            }
+        };
 
         // Where the reuse went: the engine's, a token-exact transcript's, and what re-rendering kept.
         let warm = &compared.warm;

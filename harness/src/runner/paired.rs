@@ -80,7 +80,7 @@ pub fn run(p: &Prepared<'_>, sink: &dyn Sink, progress: &Progress) -> Vec<TrialR
 }
 
 impl Paired<'_> {
-    fn base_record(&self, plan: &Plan, plan_index: usize, step: &Step, step_index: usize) -> TrialRecord {
+    pub(super) fn base_record(&self, plan: &Plan, plan_index: usize, step: &Step, step_index: usize) -> TrialRecord {
         TrialRecord::new(&self.scenario.name, self.scenario.kind, &plan.name, plan_index, &step.label, step_index)
     }
 
