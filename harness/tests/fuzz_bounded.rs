@@ -102,6 +102,10 @@ fn corpus(target: &str) -> Vec<Vec<u8>> {
     files.sort();
     let seeds: Vec<Vec<u8>> =
         files.iter().map(|f| std::fs::read(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()))).collect();
+    // small seeds keep the bounded run fast and the mutations near the structure
+    for (f, seed) in files.iter().zip(&seeds) {
+        assert!(seed.len() < 64 << 10, "{}: {} bytes, seeds stay under 64 KiB", f.display(), seed.len());
+    }
     assert!(!seeds.is_empty(), "{}: no seed inputs", dir.display());
     seeds
 }
