@@ -31,9 +31,43 @@ impl RowData<'_> {
     }
 }
 
+/// The writer of each row: decoded in memory, or a dump file's `[rows, 4]` little-endian i64 array, decoded only
+/// for the rows a diff reports — a diff of two equal states never reads them.
+#[derive(Debug, Clone)]
+pub enum RowWriters<'a> {
+    Decoded(Cow<'a, [Option<Writer>]>),
+    Le(&'a [u8]),
+}
+
+/// Bytes of one row of a dump file's `writers` array.
+const WRITER_BYTES: usize = 4 * 8;
+
+impl RowWriters<'_> {
+    fn len(&self) -> usize {
+        match self {
+            RowWriters::Decoded(v) => v.len(),
+            RowWriters::Le(b) => b.len() / WRITER_BYTES,
+        }
+    }
+
+    /// Row `i`'s writer, `None` past the last row; an error says why the stored one cannot be read.
+    pub fn get(&self, i: usize) -> Option<Result<Option<Writer>, String>> {
+        match self {
+            RowWriters::Decoded(v) => v.get(i).map(|w| Ok(*w)),
+            RowWriters::Le(b) => {
+                let row = b.get(i.checked_mul(WRITER_BYTES)?..)?.get(..WRITER_BYTES)?;
+                let v: Vec<i64> = row.as_chunks::<8>().0.iter().map(|c| i64::from_le_bytes(*c)).collect();
+                Some(crate::dump_file::decode_writer(&v).map_err(|m| format!("writer of row {i}: {m}")))
+            }
+        }
+    }
+}
+
 /// One cached tensor as the matcher reads it.
 #[derive(Debug, Clone)]
 pub struct TensorRows<'a> {
+    /// The state's name in errors (a dump file's path).
+    pub origin: &'a str,
     pub layer: usize,
     pub name: &'a str,
     pub kind: CacheKind,
@@ -41,7 +75,7 @@ pub struct TensorRows<'a> {
     pub width: usize,
     /// The absolute position each row holds (-1: empty).
     pub positions: Cow<'a, [i64]>,
-    pub writers: Cow<'a, [Option<Writer>]>,
+    pub writers: RowWriters<'a>,
     /// Row-major `rows x width`.
     pub data: RowData<'a>,
 }
@@ -52,7 +86,8 @@ impl TensorRows<'_> {
         let rows = self.positions.len();
         let fits = self.width.checked_mul(rows) == Some(self.data.len_values())
             && self.writers.len() == rows
-            && !matches!(self.data, RowData::Le(b) if b.len() % 4 != 0);
+            && !matches!(self.data, RowData::Le(b) if b.len() % 4 != 0)
+            && !matches!(self.writers, RowWriters::Le(b) if b.len() % WRITER_BYTES != 0);
         (!fits).then(|| {
             format!(
                 "layer {} `{}`: {} values and {} writers for {rows} rows of width {}",
@@ -65,12 +100,19 @@ impl TensorRows<'_> {
         })
     }
 
-    fn row_bits(&self, i: usize) -> RowData<'_> {
+    /// Rows `i..i + n`, back to back.
+    fn rows(&self, i: usize, n: usize) -> RowData<'_> {
         let w = self.width;
         match self.data {
-            RowData::F32(v) => RowData::F32(&v[i * w..(i + 1) * w]),
-            RowData::Le(b) => RowData::Le(&b[i * w * 4..(i + 1) * w * 4]),
+            RowData::F32(v) => RowData::F32(&v[i * w..(i + n) * w]),
+            RowData::Le(b) => RowData::Le(&b[i * w * 4..(i + n) * w * 4]),
         }
+    }
+
+    /// Row `i`'s writer; an error names the dump, tensor and row.
+    fn writer(&self, i: usize) -> Result<Option<Writer>, String> {
+        let w = self.writers.get(i).unwrap_or_else(|| Err(format!("no writer for row {i}")));
+        w.map_err(|m| format!("{}: layer {} `{}`: {m}", self.origin, self.layer, self.name))
     }
 }
 
@@ -100,12 +142,13 @@ impl DumpSource for StateDump {
     fn tensor(&self, i: usize) -> Result<TensorRows<'_>, String> {
         let t = self.tensors.get(i).ok_or_else(|| format!("no tensor {i}"))?;
         Ok(TensorRows {
+            origin: "the state in memory",
             layer: t.layer,
             name: &t.name,
             kind: t.kind,
             width: t.width,
             positions: Cow::Borrowed(&t.positions),
-            writers: Cow::Borrowed(&t.writers),
+            writers: RowWriters::Decoded(Cow::Borrowed(&t.writers)),
             data: RowData::F32(&t.data),
         })
     }
@@ -340,18 +383,12 @@ fn row_distance(a: RowData<'_>, b: RowData<'_>) -> (f32, u64) {
     (abs, ulp)
 }
 
-/// Sorted positions as half-open runs of consecutive ones.
-fn runs(mut positions: Vec<i64>) -> Vec<(i64, i64)> {
-    positions.sort_unstable();
-    let mut out: Vec<(i64, i64)> = Vec::new();
-    for p in positions {
-        match out.last_mut() {
-            Some((_, end)) if *end == p => *end = p + 1,
-            Some((_, end)) if *end > p => {}
-            _ => out.push((p, p + 1)),
-        }
+/// Add the positions `[start, end)` to half-open runs built in ascending order, joining a run they continue.
+fn push_run(runs: &mut Vec<(i64, i64)>, start: i64, end: i64) {
+    match runs.last_mut() {
+        Some((_, last_end)) if *last_end == start => *last_end = end,
+        _ => runs.push((start, end)),
     }
-    out
 }
 
 fn misplaced(kind: CacheKind, positions: &[i64]) -> (usize, Option<usize>) {
@@ -387,7 +424,28 @@ fn rows_by_position(positions: &[i64], covered: usize) -> Vec<(i64, usize)> {
 /// The first divergent row of one tensor: (position, max |diff|, max ULP).
 type TensorFirst = Option<(i64, f32, u64)>;
 
-fn diff_tensor(a: &TensorRows<'_>, b: &TensorRows<'_>, covered: usize) -> (TensorDiff, TensorFirst) {
+/// Matched rows compared with one byte comparison at most: rows that follow each other in position and in row
+/// index on both sides are compared as one block, and row by row only when the block differs. Equal states then
+/// cost what a plain comparison of their bytes costs.
+const BLOCK_ROWS: usize = 64;
+
+/// How many of the matched rows from `a_rows[x]` / `b_rows[y]` on (at most `BLOCK_ROWS`) follow each other in
+/// position and in row index on both sides.
+fn block_len(a_rows: &[(i64, usize)], b_rows: &[(i64, usize)], x: usize, y: usize) -> usize {
+    let ((p, i), (_, j)) = (a_rows[x], b_rows[y]);
+    let mut n = 1;
+    while n < BLOCK_ROWS {
+        match (a_rows.get(x + n), b_rows.get(y + n)) {
+            (Some(&(pa, ia)), Some(&(pb, ib))) if pa == p + n as i64 && pb == pa && ia == i + n && ib == j + n => {
+                n += 1
+            }
+            _ => break,
+        }
+    }
+    n
+}
+
+fn diff_tensor(a: &TensorRows<'_>, b: &TensorRows<'_>, covered: usize) -> Result<(TensorDiff, TensorFirst), String> {
     let a_rows = rows_by_position(&a.positions, covered);
     let b_rows = rows_by_position(&b.positions, covered);
     let (misplaced_a, rotation_a) = misplaced(a.kind, &a.positions);
@@ -412,7 +470,6 @@ fn diff_tensor(a: &TensorRows<'_>, b: &TensorRows<'_>, covered: usize) -> (Tenso
         divergent: Vec::new(),
         compared: Vec::new(),
     };
-    let mut compared = Vec::new();
     let mut first: TensorFirst = None;
     // a merge of the two position-sorted lists
     let (mut x, mut y) = (0, 0);
@@ -421,25 +478,33 @@ fn diff_tensor(a: &TensorRows<'_>, b: &TensorRows<'_>, covered: usize) -> (Tenso
         match (pa, pb) {
             (Some(p), Some(q)) if p == q => {
                 let (i, j) = (a_rows[x].1, b_rows[y].1);
-                x += 1;
-                y += 1;
-                t.rows_compared += 1;
-                compared.push(p);
-                let (ra, rb) = (a.row_bits(i), b.row_bits(j));
-                if same_bits(ra, rb) {
-                    t.rows_identical += 1;
+                let n = block_len(&a_rows, &b_rows, x, y);
+                x += n;
+                y += n;
+                t.rows_compared += n;
+                push_run(&mut t.compared, p, p + n as i64);
+                if same_bits(a.rows(i, n), b.rows(j, n)) {
+                    t.rows_identical += n;
                     continue;
                 }
-                let (abs, ulp) = row_distance(ra, rb);
-                t.max_abs = t.max_abs.max(abs);
-                t.max_ulp = t.max_ulp.max(ulp);
-                t.divergent.push((p, abs));
-                if t.first_divergent_pos.is_none() {
-                    // positions are visited in ascending order: the first one seen is the lowest
-                    t.first_divergent_pos = Some(p);
-                    t.writer_a = a.writers[i];
-                    t.writer_b = b.writers[j];
-                    first = Some((p, abs, ulp));
+                for k in 0..n {
+                    let (ra, rb) = (a.rows(i + k, 1), b.rows(j + k, 1));
+                    if same_bits(ra, rb) {
+                        t.rows_identical += 1;
+                        continue;
+                    }
+                    let pos = p + k as i64;
+                    let (abs, ulp) = row_distance(ra, rb);
+                    t.max_abs = t.max_abs.max(abs);
+                    t.max_ulp = t.max_ulp.max(ulp);
+                    t.divergent.push((pos, abs));
+                    if t.first_divergent_pos.is_none() {
+                        // positions are visited in ascending order: the first one seen is the lowest
+                        t.first_divergent_pos = Some(pos);
+                        t.writer_a = a.writer(i + k)?;
+                        t.writer_b = b.writer(j + k)?;
+                        first = Some((pos, abs, ulp));
+                    }
                 }
             }
             (Some(p), q) if q.is_none_or(|q| p < q) => {
@@ -452,8 +517,7 @@ fn diff_tensor(a: &TensorRows<'_>, b: &TensorRows<'_>, covered: usize) -> (Tenso
             }
         }
     }
-    t.compared = runs(compared);
-    (t, first)
+    Ok((t, first))
 }
 
 /// One entry per layer some tensor names, ascending: sized by the tensors a dump really lists, never by the
@@ -512,7 +576,7 @@ pub fn compare(a: &impl DumpSource, b: &impl DumpSource) -> Result<StateDiff, In
             if let Some(bad) = ta.malformed().or_else(|| tb.malformed()) {
                 return Err(Incomparable::Malformed(bad));
             }
-            Ok(diff_tensor(&ta, &tb, covered_positions))
+            diff_tensor(&ta, &tb, covered_positions).map_err(Incomparable::Malformed)
         })
         .collect::<Result<_, _>>()?;
 
@@ -591,6 +655,91 @@ mod tests {
 
     fn diff(a: &StateDump, b: &StateDump) -> StateDiff {
         compare(a, b).expect("comparable")
+    }
+
+    /// A state of `rows` rows of `width` floats holding `positions`, values from the position.
+    fn wide(positions: &[i64], width: usize) -> StateDump {
+        let data = positions.iter().flat_map(|&p| (0..width).map(move |k| (p * 31 + k as i64) as f32)).collect();
+        let t = DumpTensor {
+            layer: 0,
+            name: "k".into(),
+            kind: CacheKind::Ring,
+            width,
+            data,
+            positions: positions.to_vec(),
+            writers: positions.iter().map(|&p| (p >= 0).then_some(writer(1)).flatten()).collect(),
+        };
+        let len = positions.iter().copied().max().map_or(0, |p| p as usize + 1);
+        dump(len, &vec![0; len], vec![t])
+    }
+
+    proptest::proptest! {
+        /// Blocks of rows compared at once report exactly what comparing every matched row alone reports.
+        #[test]
+        fn block_comparison_equals_row_by_row(
+            rows in 1usize..300,
+            rotate in 0usize..300,
+            holes in proptest::collection::vec(0usize..300, 0..4),
+            changed in proptest::collection::vec((0usize..300, 0usize..3), 0..6),
+        ) {
+            let width = 3;
+            let mut positions: Vec<i64> = (0..rows as i64).collect();
+            positions.rotate_left(rotate % rows);
+            let a = wide(&positions, width);
+            let mut b_positions = positions.clone();
+            for h in &holes {
+                b_positions[h % rows] = -1;
+            }
+            let mut b = wide(&b_positions, width);
+            for &(r, k) in &changed {
+                b.tensors[0].data[(r % rows) * width + k] += 0.5;
+            }
+            let d = diff(&a, &b);
+            // the reference: every position both hold, compared alone
+            let row_of = |t: &DumpTensor, p: i64| t.positions.iter().position(|&q| q == p);
+            let (mut compared, mut identical, mut divergent) = (0, 0, Vec::new());
+            for p in 0..rows as i64 {
+                let (Some(i), Some(j)) = (row_of(&a.tensors[0], p), row_of(&b.tensors[0], p)) else { continue };
+                compared += 1;
+                let (x, y) = (&a.tensors[0].data[i * width..][..width], &b.tensors[0].data[j * width..][..width]);
+                if x == y { identical += 1 } else { divergent.push(p) }
+            }
+            let t = &d.tensors[0];
+            proptest::prop_assert_eq!((t.rows_compared, t.rows_identical), (compared, identical));
+            proptest::prop_assert_eq!(t.divergent.iter().map(|r| r.0).collect::<Vec<_>>(), divergent.clone());
+            proptest::prop_assert_eq!(t.first_divergent_pos, divergent.first().copied());
+        }
+    }
+
+    /// Counts how often the matcher asks for each tensor.
+    struct Counted<'a>(&'a StateDump, std::sync::Mutex<Vec<usize>>);
+
+    impl DumpSource for Counted<'_> {
+        fn meta(&self) -> &DumpMeta {
+            self.0.meta()
+        }
+        fn record_ids(&self) -> Cow<'_, [u32]> {
+            self.0.record_ids()
+        }
+        fn record_tainted(&self) -> bool {
+            self.0.record_tainted()
+        }
+        fn tensor_count(&self) -> usize {
+            self.0.tensor_count()
+        }
+        fn tensor(&self, i: usize) -> Result<TensorRows<'_>, String> {
+            self.1.lock().expect("count")[i] += 1;
+            self.0.tensor(i)
+        }
+    }
+
+    #[test]
+    fn every_tensor_is_read_once_per_side() {
+        let w = dump(3, &[0; 3], (0..4).map(|l| tensor(l, CacheKind::Full, &[0, 1, 2], &[1.0, 2.0, 3.0])).collect());
+        let (a, b) = (Counted(&w, vec![0; 4].into()), Counted(&w, vec![0; 4].into()));
+        assert!(compare(&a, &b).expect("comparable").identical());
+        assert_eq!(*a.1.lock().expect("count"), vec![1; 4]);
+        assert_eq!(*b.1.lock().expect("count"), vec![1; 4]);
     }
 
     #[test]
@@ -725,8 +874,10 @@ mod tests {
 
     #[test]
     fn compared_positions_become_runs() {
-        assert_eq!(runs(vec![5, 3, 4, 9, 10, 0]), vec![(0, 1), (3, 6), (9, 11)]);
-        assert_eq!(runs(vec![2, 2, 3]), vec![(2, 4)]);
-        assert!(runs(Vec::new()).is_empty());
+        let mut runs = Vec::new();
+        for (start, end) in [(0, 1), (3, 5), (5, 6), (9, 10), (10, 11)] {
+            push_run(&mut runs, start, end);
+        }
+        assert_eq!(runs, vec![(0, 1), (3, 6), (9, 11)]);
     }
 }

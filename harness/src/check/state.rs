@@ -72,7 +72,7 @@ pub fn coverage(dump: &StateDump) -> Vec<String> {
                 _ => p % rows,
             };
             let holds = t.positions.get(row).copied();
-            let written = t.writers.get(row).is_some_and(|w| w.is_some());
+            let written = matches!(t.writers.get(row), Some(Ok(Some(_))));
             if holds != Some(p as i64) || !written {
                 let what = match holds {
                     None => "no such row".to_string(),

@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 
 use std::borrow::Cow;
 
-use kvproof_engines::dump::{DumpMeta, Writer};
-use kvproof_engines::dump_file::{decode_writer, read_checked, CheckedDump, FileHeader, TensorEntry};
-use kvproof_engines::state_diff::{DumpSource, RowData, TensorRows};
+use kvproof_engines::dump::DumpMeta;
+use kvproof_engines::dump_file::{read_checked, CheckedDump, FileHeader, TensorEntry};
+use kvproof_engines::state_diff::{DumpSource, RowData, RowWriters, TensorRows};
 
 use super::ProvenanceError;
 
@@ -29,6 +29,8 @@ impl std::ops::Deref for DumpBytes {
 
 pub struct MappedDump {
     pub path: PathBuf,
+    /// The path as errors name it.
+    origin: String,
     pub header: FileHeader,
     map: DumpBytes,
     checked: CheckedDump,
@@ -59,7 +61,7 @@ impl MappedDump {
     /// Every array the header names is checked against the file here, before anything is sized by it.
     fn new(path: PathBuf, map: DumpBytes) -> Result<Self, ProvenanceError> {
         let checked = read_checked(&map).map_err(|message| ProvenanceError::BadDump { path: path.clone(), message })?;
-        Ok(MappedDump { path, header: checked.header.clone(), map, checked })
+        Ok(MappedDump { origin: path.display().to_string(), path, header: checked.header.clone(), map, checked })
     }
 
     fn bytes(&self, name: &str) -> &[u8] {
@@ -101,15 +103,6 @@ impl MappedDump {
         self.i64s(&e.key("positions"))
     }
 
-    pub fn writers(&self, e: &TensorEntry) -> Result<Vec<Option<Writer>>, ProvenanceError> {
-        if e.rows == 0 {
-            return Ok(Vec::new());
-        }
-        self.i64s(&e.key("writers")).chunks_exact(4).map(decode_writer).collect::<Result<Vec<_>, _>>().map_err(|m| {
-            ProvenanceError::BadDump { path: self.path.clone(), message: format!("{}: {m}", e.key("writers")) }
-        })
-    }
-
     pub fn record_ids(&self) -> Vec<i64> {
         self.i64s("record.ids")
     }
@@ -135,16 +128,16 @@ impl DumpSource for MappedDump {
 
     fn tensor(&self, i: usize) -> Result<TensorRows<'_>, String> {
         let e = self.header.tensors.get(i).ok_or_else(|| format!("{}: no tensor {i}", self.path.display()))?;
-        let writers = self.writers(e).map_err(|err| err.to_string())?;
-        let data = if e.rows == 0 { &[][..] } else { self.bytes(&e.key("rows")) };
+        let array = |name: &str| if e.rows == 0 { &[][..] } else { self.bytes(&e.key(name)) };
         Ok(TensorRows {
+            origin: &self.origin,
             layer: e.layer,
             name: &e.name,
             kind: e.kind,
             width: e.width,
             positions: Cow::Owned(self.positions(e)),
-            writers: Cow::Owned(writers),
-            data: RowData::Le(data),
+            writers: RowWriters::Le(array("writers")),
+            data: RowData::Le(array("rows")),
         })
     }
 }
