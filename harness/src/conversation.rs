@@ -118,6 +118,16 @@ impl Conversation {
         self.last.as_ref().map(|l| l.audio.iter().take(n).cloned().collect()).unwrap_or_default()
     }
 
+    /// A prompt made from the ids the last turn fed (its prompt and reply), edited by `edit`, with the audio the
+    /// edited prompt still refers to.
+    fn edit_last_fed(&mut self, edit: impl FnOnce(&mut Self, &mut Vec<u32>)) -> Result<Prepared, String> {
+        let l = self.last()?;
+        let mut prompt = fed_ids(&l.prompt, &l.reply);
+        edit(self, &mut prompt);
+        let audio = self.audio_for(&prompt);
+        Ok(Prepared { prompt, audio })
+    }
+
     fn tail(&mut self, tail: &Tail, prefix_len: usize) -> Vec<u32> {
         match tail {
             Tail::Ids(ids) => ids.clone(),
@@ -161,9 +171,7 @@ impl Conversation {
                 prompt.extend_from_slice(&l.reply);
                 Prepared { prompt, audio: l.audio.clone() }
             }
-            PromptSpec::Diverge { at, tail } => {
-                let l = self.last()?;
-                let mut prompt = fed_ids(&l.prompt, &l.reply);
+            PromptSpec::Diverge { at, tail } => self.edit_last_fed(|conv, prompt| {
                 let i = match at {
                     At::First => 0,
                     At::Middle => prompt.len() / 2,
@@ -172,37 +180,21 @@ impl Conversation {
                 };
                 // another plain byte: never a special id, so the prompt stays well-formed
                 prompt[i] = if prompt[i] == b'x' as u32 { b'y' as u32 } else { b'x' as u32 };
-                let t = self.tail(tail, prompt.len());
+                let t = conv.tail(tail, prompt.len());
                 prompt.extend(t);
-                let audio = self.audio_for(&prompt);
-                Prepared { prompt, audio }
-            }
-            PromptSpec::Shorter { by } => {
-                let l = self.last()?;
-                let mut prompt = fed_ids(&l.prompt, &l.reply);
+            })?,
+            PromptSpec::Shorter { by } => self.edit_last_fed(|_, prompt| {
                 let keep = prompt.len().saturating_sub(*by).max(1);
                 prompt.truncate(keep);
-                let audio = self.audio_for(&prompt);
-                Prepared { prompt, audio }
-            }
-            PromptSpec::Prefix { len } => {
-                let l = self.last()?;
-                let mut prompt = fed_ids(&l.prompt, &l.reply);
-                prompt.truncate((*len).max(1));
-                let audio = self.audio_for(&prompt);
-                Prepared { prompt, audio }
-            }
+            })?,
+            PromptSpec::Prefix { len } => self.edit_last_fed(|_, prompt| prompt.truncate((*len).max(1)))?,
             PromptSpec::Say { .. } | PromptSpec::Tool { .. } => {
                 return Err("a text turn belongs to a text conversation, not to one built from ids".into())
             }
-            PromptSpec::Extend { tail } => {
-                let l = self.last()?;
-                let mut prompt = fed_ids(&l.prompt, &l.reply);
-                let t = self.tail(tail, prompt.len());
+            PromptSpec::Extend { tail } => self.edit_last_fed(|conv, prompt| {
+                let t = conv.tail(tail, prompt.len());
                 prompt.extend(t);
-                let audio = self.audio_for(&prompt);
-                Prepared { prompt, audio }
-            }
+            })?,
         };
         Ok((prepared, pending))
     }

@@ -29,11 +29,16 @@ pub struct Bound {
 
 impl Bound {
     pub fn rate(&self) -> f64 {
-        if self.trials == 0 {
-            0.0
-        } else {
-            self.failures as f64 / self.trials as f64
-        }
+        share(self.failures as f64, self.trials as f64)
+    }
+}
+
+/// `part / whole`, and 0 for an empty whole (no trials, no tokens: nothing to take a share of).
+pub fn share(part: f64, whole: f64) -> f64 {
+    if whole == 0.0 {
+        0.0
+    } else {
+        part / whole
     }
 }
 

@@ -54,25 +54,43 @@ pub fn user_len_range(p: &StressParams, info: &EngineInfo) -> [usize; 2] {
 
 pub fn plans(p: &StressParams, seed: u64, info: &EngineInfo, caps: &Caps) -> Vec<Plan> {
     let [lo, hi] = user_len_range(p, info);
+    conversations(p, seed, 0x57E5, |index, rng, most_turns| {
+        let span = (p.turns[1] - p.turns[0] + 1) as u64;
+        let turns = (p.turns[0] + rng.below(span) as usize).min(most_turns);
+        // Audio, where the engine takes it, only on a conversation's last turn: it ends reuse for the rest.
+        let audio_last = caps.audio_frame_bytes.is_some() && rng.below(4) == 0;
+        let prompts = (0..turns)
+            .map(|t| {
+                let len = lo + rng.below((hi - lo + 1) as u64) as usize;
+                let audio_frames = if audio_last && t + 1 == turns { 1 + rng.below(3) as usize } else { 0 };
+                PromptSpec::User { text: random_text(rng, len), audio_frames }
+            })
+            .collect();
+        Some((format!("conv-{index:04}"), prompts))
+    })
+}
+
+/// Conversations until `p.pairs` turns are compared. `conversation(index, rng, most_turns)` writes conversation
+/// `index` (its name and the prompts of at most `most_turns` turns, at least two) from its own seeded `rng`, or
+/// gives `None` when there is none at that index.
+fn conversations(
+    p: &StressParams,
+    seed: u64,
+    salt: u64,
+    mut conversation: impl FnMut(u64, &mut SplitMix64, usize) -> Option<(String, Vec<PromptSpec>)>,
+) -> Vec<Plan> {
     let mut plans = Vec::new();
     let mut left = p.pairs;
     let mut index = 0u64;
     while left > 0 {
         let seed = plan_seed(seed, index);
-        let mut rng = SplitMix64::new(seed ^ 0x57E5);
-        let span = (p.turns[1] - p.turns[0] + 1) as u64;
-        let turns = (p.turns[0] + rng.below(span) as usize).min(left + 1);
-        // Audio, where the engine takes it, only on a conversation's last turn: it ends reuse for the rest.
-        let audio_last = caps.audio_frame_bytes.is_some() && rng.below(4) == 0;
-        let steps = (0..turns)
-            .map(|t| {
-                let len = lo + rng.below((hi - lo + 1) as u64) as usize;
-                let audio_frames = if audio_last && t + 1 == turns { 1 + rng.below(3) as usize } else { 0 };
-                conversation_step(t, PromptSpec::User { text: random_text(&mut rng, len), audio_frames }, p.max_tokens)
-            })
-            .collect();
-        plans.push(Plan { name: format!("conv-{index:04}"), seed, slot: p.slot, steps, stale: None, agent: None });
-        left -= turns - 1;
+        let mut rng = SplitMix64::new(seed ^ salt);
+        if let Some((name, prompts)) = conversation(index, &mut rng, left + 1) {
+            left -= prompts.len() - 1;
+            let steps =
+                prompts.into_iter().enumerate().map(|(t, prompt)| conversation_step(t, prompt, p.max_tokens)).collect();
+            plans.push(Plan { name, seed, slot: p.slot, steps, stale: None, agent: None });
+        }
         index += 1;
     }
     plans
@@ -92,20 +110,12 @@ fn conversation_step(t: usize, prompt: PromptSpec, max_tokens: usize) -> Step {
 /// messages (seeded) until the pair count is reached, every turn sent as text for the engine's own template.
 pub fn plans_from_chats(p: &StressParams, seed: u64, chats: &[CorpusChat]) -> Vec<Plan> {
     let pool: Vec<&str> = chats.iter().flat_map(|c| c.turns.iter().map(String::as_str)).collect();
-    let mut plans = Vec::new();
-    let mut left = p.pairs;
-    let mut index = 0u64;
-    while left > 0 {
-        let seed = plan_seed(seed, index);
-        let mut rng = SplitMix64::new(seed ^ 0x7E47);
+    conversations(p, seed, 0x7E47, |index, rng, most_turns| {
         let (name, system, texts): (String, Option<String>, Vec<&str>) = match chats.get(index as usize) {
             Some(c) if c.turns.len() >= 2 => {
                 (c.id.clone(), c.system.clone(), c.turns.iter().map(String::as_str).collect())
             }
-            Some(_) => {
-                index += 1;
-                continue;
-            }
+            Some(_) => return None,
             None => {
                 let span = (p.turns[1] - p.turns[0] + 1) as u64;
                 let n = p.turns[0] + rng.below(span) as usize;
@@ -114,19 +124,13 @@ pub fn plans_from_chats(p: &StressParams, seed: u64, chats: &[CorpusChat]) -> Ve
                 (format!("mix-{index:04}"), system, texts)
             }
         };
-        let turns = texts.len().min(p.turns[1]).min(left + 1);
-        let steps = texts[..turns]
+        let turns = texts.len().min(p.turns[1]).min(most_turns);
+        let prompts = texts[..turns]
             .iter()
-            .enumerate()
-            .map(|(t, text)| {
-                conversation_step(t, PromptSpec::Say { text: text.to_string(), system: system.clone() }, p.max_tokens)
-            })
+            .map(|text| PromptSpec::Say { text: text.to_string(), system: system.clone() })
             .collect();
-        plans.push(Plan { name, seed, slot: p.slot, steps, stale: None, agent: None });
-        left -= turns - 1;
-        index += 1;
-    }
-    plans
+        Some((name, prompts))
+    })
 }
 
 #[cfg(test)]

@@ -112,6 +112,11 @@ struct Expect {
 }
 
 impl Expect {
+    /// A reply of a `prompt_len`-id prompt (None: a text prompt, its length unknown) that may end at eos.
+    fn reply(prompt_len: Option<usize>, max_tokens: usize) -> Self {
+        Expect { prompt_len, max_tokens, ignore_eos: false, stopped: false }
+    }
+
     /// A long `ignore_eos` reply of a `prompt_len`-id prompt, ended by a STOP or CANCEL.
     fn interrupted(prompt_len: usize, max_tokens: usize) -> Self {
         Expect { prompt_len: Some(prompt_len), max_tokens, ignore_eos: true, stopped: true }
@@ -263,6 +268,12 @@ impl Probe {
         }
         self.kinds.insert((check.to_string(), kind), self.findings.len());
         self.note(check, Status::Violation, detail, frame, None);
+    }
+
+    /// echo=1, yet no PROMPT frame came before the request's first DATA (`frame`: what came instead).
+    fn no_prompt_frame(&mut self, frame: Option<&Got>, sent: &[u8]) {
+        let rule = "echo=1: a PROMPT frame comes before the request's first DATA";
+        self.violation("echo", rule, frame, Some(sent));
     }
 
     fn violated(&self, check: &str) -> bool {
@@ -621,6 +632,21 @@ impl Probe {
     // -------------------------------------------------------------------------------------------------------------
     // the oracle
 
+    /// The slot is empty and its state known from here on (after RESET): the book starts over.
+    fn restart_book(&mut self) {
+        self.book = SlotBook::new(self.rule).keeping_state_on(&self.keeps_state_on);
+        self.book_known = true;
+        self.last_full.clear();
+    }
+
+    /// The slot holds request `id`'s prompt `ids` (as PROMPT echoed them) and its `reply` but its last token: the
+    /// book starts over from that known state.
+    fn restart_book_after(&mut self, id: u64, ids: &[u32], max_tokens: usize, reply: &[u32]) {
+        self.restart_book();
+        self.book.after(&Self::request_of(id, ids, max_tokens), Outcome::Completed { reply });
+        self.last_full = [ids, reply].concat();
+    }
+
     fn request_of(id: u64, prompt: &[u32], max_tokens: usize) -> Request {
         Request { id, slot: 0, prompt: prompt.to_vec(), max_tokens, ..Request::default() }
     }
@@ -699,7 +725,7 @@ impl Probe {
         let id = self.id();
         let options = if ignore_eos { " ignore_eos=1" } else { "" };
         let ans = self.request(id, submit_bytes(id, 0, prompt, max_tokens, options));
-        self.check_done(&ans, &Expect { prompt_len: Some(prompt.len()), max_tokens, ignore_eos, stopped: false });
+        self.check_done(&ans, &Expect { ignore_eos, ..Expect::reply(Some(prompt.len()), max_tokens) });
         if let Some(e) = ans.error() {
             let s = format!("{what}: a valid SUBMIT was refused ({})", e.code);
             let (g, sent) = (ans.end_frame().cloned(), ans.sent.clone());
@@ -1136,10 +1162,7 @@ impl Probe {
         let id = self.id();
         let bytes = submit_bytes(id, 0, &prompt, 4, " cancel_at=0");
         let ans = self.request(id, bytes.clone());
-        self.check_done(
-            &ans,
-            &Expect { prompt_len: Some(prompt.len()), max_tokens: 4, ignore_eos: false, stopped: false },
-        );
+        self.check_done(&ans, &Expect::reply(Some(prompt.len()), 4));
         match ans.error() {
             Some(e) if e.code == ErrorCode::Cancelled => self.pass("cancel-at", "cancel_at=0 answered ERROR CANCELLED"),
             _ => {
@@ -1163,10 +1186,7 @@ impl Probe {
         let id = self.id();
         let bytes = submit_bytes(id, 0, &next, 4, " cancel_at=1000000");
         let ans = self.request(id, bytes.clone());
-        self.check_done(
-            &ans,
-            &Expect { prompt_len: Some(next.len()), max_tokens: 4, ignore_eos: false, stopped: false },
-        );
+        self.check_done(&ans, &Expect::reply(Some(next.len()), 4));
         if ans.done().is_some() {
             self.pass("cancel-at", "a cancel_at past the last poll runs to DONE");
         } else {
@@ -1319,9 +1339,7 @@ impl Probe {
                 return;
             }
         }
-        self.book = SlotBook::new(self.rule).keeping_state_on(&self.keeps_state_on);
-        self.book_known = true;
-        self.last_full.clear();
+        self.restart_book();
         let Some((p1, r1)) = self.first.clone() else { return };
         let a = self.run_ids("turn 1 again after RESET", &p1, 8, false);
         if a.done().is_some_and(|d| d.reused == Some(0) || d.reused.is_none()) && a.tokens == r1 {
@@ -1441,7 +1459,7 @@ impl Probe {
         bytes.extend_from_slice(text);
         bytes.push(b'\n');
         let ans = self.request(id, bytes.clone());
-        self.check_done(&ans, &Expect { prompt_len: None, max_tokens: 4, ignore_eos: false, stopped: false });
+        self.check_done(&ans, &Expect::reply(None, 4));
         let Some(done) = ans.done().cloned() else {
             let g = ans.end_frame().cloned();
             self.violation(
@@ -1465,13 +1483,7 @@ impl Probe {
             return;
         }
         let Some((g, ids)) = ans.prompt.clone() else {
-            let g = ans.data.first().or(ans.end_frame()).cloned();
-            self.violation(
-                "echo",
-                "echo=1: a PROMPT frame comes before the request's first DATA",
-                g.as_ref(),
-                Some(&bytes),
-            );
+            self.no_prompt_frame(ans.data.first().or(ans.end_frame()), &bytes);
             self.book_known = false;
             return;
         };
@@ -1483,13 +1495,7 @@ impl Probe {
                 Some(&bytes),
             );
         }
-        // the slot now holds the echoed ids and the reply but its last token
-        self.book = SlotBook::new(self.rule).keeping_state_on(&self.keeps_state_on);
-        self.book_known = true;
-        self.book.after(&Self::request_of(id, &ids, 4), Outcome::Completed { reply: &ans.tokens });
-        let mut full = ids.clone();
-        full.extend_from_slice(&ans.tokens);
-        self.last_full = full;
+        self.restart_book_after(id, &ids, 4, &ans.tokens);
         let again = self.run_ids("the echoed ids of a text prompt", &ids, 4, false);
         if again.done().is_some() && again.tokens == ans.tokens {
             self.pass("echo", "the echoed ids give the same reply as the text they came from");
@@ -1530,13 +1536,7 @@ impl Probe {
         messages.push(TextMessage { role: "user".into(), content: "and more".into() });
         let Some((_, ids1)) = turn1.prompt.clone() else {
             if echo {
-                let g = turn1.data.first().cloned();
-                self.violation(
-                    "echo",
-                    "echo=1: a PROMPT frame comes before the request's first DATA",
-                    g.as_ref(),
-                    Some(&turn1.sent),
-                );
+                self.no_prompt_frame(turn1.data.first(), &turn1.sent);
             }
             self.book_known = false;
             let turn2 = self.chat(&messages, false);
@@ -1545,12 +1545,7 @@ impl Probe {
             }
             return;
         };
-        self.book = SlotBook::new(self.rule).keeping_state_on(&self.keeps_state_on);
-        self.book_known = true;
-        self.book.after(&Self::request_of(turn1.id, &ids1, 8), Outcome::Completed { reply: &turn1.tokens });
-        let mut full = ids1.clone();
-        full.extend_from_slice(&turn1.tokens);
-        self.last_full = full;
+        self.restart_book_after(turn1.id, &ids1, 8, &turn1.tokens);
         let fed = self.book.slot(0).fed;
         let turn2 = self.chat(&messages, true);
         if let (Some(_), Some((_, ids2))) = (turn2.done(), turn2.prompt.clone()) {
@@ -1574,7 +1569,7 @@ impl Probe {
         let bytes = kvproof_engines::serve::Command::Submit(frame).to_bytes();
         let ans = self.request(id, bytes);
         let prompt_len = ans.prompt.as_ref().map(|(_, ids)| ids.len());
-        self.check_done(&ans, &Expect { prompt_len, max_tokens: 8, ignore_eos: false, stopped: false });
+        self.check_done(&ans, &Expect::reply(prompt_len, 8));
         ans
     }
 
@@ -1703,10 +1698,7 @@ impl Probe {
             } else {
                 in_step += 1;
             }
-            self.check_done(
-                &ans,
-                &Expect { prompt_len: Some(prompt.len()), max_tokens: 1, ignore_eos: false, stopped: false },
-            );
+            self.check_done(&ans, &Expect::reply(Some(prompt.len()), 1));
         }
         if in_step > 0 && !self.violated("sync") {
             self.pass(

@@ -7,6 +7,7 @@ use plotters::prelude::*;
 
 use super::lines::tick_label;
 use super::{init_font, PlotError, FAMILY};
+use crate::stats::Bound;
 
 /// One scenario's numbers.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,6 +22,13 @@ pub struct BoundBar {
     pub limit: Option<f64>,
     /// For staleness: the failures split into (stale, corrupt), drawn stacked under the bound.
     pub split: Option<(u64, u64)>,
+}
+
+impl BoundBar {
+    /// The bar of `bound`, labelled `label`, against the limit `limit` (no split).
+    pub fn new(label: String, bound: &Bound, limit: Option<f64>) -> Self {
+        BoundBar { label, failures: bound.failures, trials: bound.trials, upper: bound.upper, limit, split: None }
+    }
 }
 
 /// The x axis: bar i spans [i, i + 1], and the only key points are the bar centres, where the names go.

@@ -52,11 +52,7 @@ pub struct TaskStats {
 impl TaskStats {
     /// The share of warm prompt tokens the engine reused.
     pub fn reuse_share(&self) -> f64 {
-        if self.prompt_tokens == 0 {
-            0.0
-        } else {
-            self.reused as f64 / self.prompt_tokens as f64
-        }
+        crate::stats::share(self.reused as f64, self.prompt_tokens as f64)
     }
 }
 

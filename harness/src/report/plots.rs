@@ -88,6 +88,23 @@ fn bound_bars(
     Ok(Plot { group, title, svg: rel(name, "svg"), png: Some(rel(name, "png")) })
 }
 
+/// One scenario's bars at its confidence, titled `<scenario>: <what> (<confidence>% upper bound)`; no chart
+/// without bars.
+fn scenario_bars(
+    dir: &Path,
+    group_name: (&'static str, &str),
+    (scenario, confidence): (&str, f64),
+    what: &str,
+    bars: &[BoundBar],
+    x_desc: &str,
+) -> Result<Option<Plot>, ReportError> {
+    if bars.is_empty() {
+        return Ok(None);
+    }
+    let title = format!("{scenario}: {what} ({:.0}% upper bound)", confidence * 100.0);
+    bound_bars(dir, group_name, bars, title, x_desc).map(Some)
+}
+
 fn growth_charts(scenario: &str, turns: &[GrowthTurn]) -> (LineChart, LineChart) {
     let reps = turns.first().map_or(0, |t| t.warm.repeats);
     let cold_reps = turns.first().map_or(0, |t| t.cold.repeats);
@@ -108,7 +125,7 @@ fn growth_charts(scenario: &str, turns: &[GrowthTurn]) -> (LineChart, LineChart)
         y_from_zero: true,
         x_integer: false,
     };
-    let pct = |a: usize, b: usize| if b > 0 { 100.0 * a as f64 / b as f64 } else { 0.0 };
+    let pct = |a: usize, b: usize| 100.0 * crate::stats::share(a as f64, b as f64);
     // The oracle first, so the measured line is drawn over it: where they agree only the measured one shows.
     let mut series = Vec::new();
     if turns.iter().all(|t| t.expected_reuse.is_some()) {
@@ -163,16 +180,7 @@ pub fn draw_run(dir: &Path, summary: &Summary, trials: &[TrialRecord]) -> Result
     let bars: Vec<BoundBar> = summary
         .scenarios
         .iter()
-        .filter_map(|s| {
-            s.bound.map(|b| BoundBar {
-                label: s.name.clone(),
-                failures: b.failures,
-                trials: b.trials,
-                upper: b.upper,
-                limit: s.max_failure_rate,
-                split: None,
-            })
-        })
+        .filter_map(|s| s.bound.map(|b| BoundBar::new(s.name.clone(), &b, s.max_failure_rate)))
         .collect();
     let charts = bars.len().div_ceil(BARS_PER_CHART);
     for (i, chunk) in bars.chunks(BARS_PER_CHART).enumerate() {
@@ -194,26 +202,15 @@ pub fn draw_run(dir: &Path, summary: &Summary, trials: &[TrialRecord]) -> Result
             .iter()
             .filter_map(|c| {
                 c.not_fresh_bound.map(|b| BoundBar {
-                    label: c.context.clone(),
-                    failures: b.failures,
-                    trials: b.trials,
-                    upper: b.upper,
-                    limit: s.max_failure_rate,
                     split: Some((c.stale as u64, c.corrupt as u64)),
+                    ..BoundBar::new(c.context.clone(), &b, s.max_failure_rate)
                 })
             })
             .collect();
-        if bars.is_empty() {
-            continue;
-        }
-        let title = format!(
-            "{}: stale or corrupt warm replies per context ({:.0}% upper bound)",
-            s.name,
-            st.confidence * 100.0
-        );
         let name = format!("staleness-{}", stem(&s.name));
+        let what = "stale or corrupt warm replies per context";
         let x_desc = "stale context (stale or corrupt replies/cases)";
-        plots.push(bound_bars(dir, ("staleness", &name), &bars, title, x_desc)?);
+        plots.extend(scenario_bars(dir, ("staleness", &name), (&s.name, st.confidence), what, &bars, x_desc)?);
     }
 
     for s in &summary.scenarios {
@@ -245,28 +242,15 @@ pub fn draw_run(dir: &Path, summary: &Summary, trials: &[TrialRecord]) -> Result
             .flat_map(|(who, t)| {
                 t.assertions.iter().filter(|r| r.applied > 0).filter_map(move |r| {
                     let broken = (r.applied - r.held) as u64;
-                    let upper = crate::stats::one_sided(broken, r.applied as u64, st.confidence).ok()?.upper;
-                    Some(BoundBar {
-                        label: format!("{who}: {}", r.assertion),
-                        failures: broken,
-                        trials: r.applied as u64,
-                        upper,
-                        limit: None,
-                        split: None,
-                    })
+                    let bound = crate::stats::one_sided(broken, r.applied as u64, st.confidence).ok()?;
+                    Some(BoundBar::new(format!("{who}: {}", r.assertion), &bound, None))
                 })
             })
             .collect();
-        if bars.is_empty() {
-            continue;
-        }
-        let title = format!(
-            "{}: per-turn assertions broken, warm beside cold ({:.0}% upper bound)",
-            s.name,
-            st.confidence * 100.0
-        );
         let name = format!("agentic-assertions-{}", stem(&s.name));
-        plots.push(bound_bars(dir, ("agentic", &name), &bars, title, "assertion (broken/applied)")?);
+        let what = "per-turn assertions broken, warm beside cold";
+        let x_desc = "assertion (broken/applied)";
+        plots.extend(scenario_bars(dir, ("agentic", &name), (&s.name, st.confidence), what, &bars, x_desc)?);
     }
 
     for (i, (case, rdir)) in trials

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{MAX_TOKENS, MAX_TURNS};
+use super::{check_in, check_max_tokens, MAX_TOKENS, MAX_TURNS};
 
 /// A tool the sandbox offers. Each has a fixed JSON schema and fixed semantics (`agent::tools`), so a task names
 /// the tools it offers rather than redefining them: a schema that disagreed with what the sandbox does would make
@@ -155,13 +155,9 @@ impl AgenticParams {
     /// Range checks serde cannot express.
     pub fn validate(&self) -> Result<(), String> {
         let p = self;
-        if p.sessions == 0 || p.sessions > MAX_SESSIONS {
-            return Err(format!("params.sessions: {} is not in 1..={MAX_SESSIONS}", p.sessions));
-        }
-        if p.max_turns == 0 || p.max_turns > MAX_TURNS {
-            return Err(format!("params.max_turns: {} is not in 1..={MAX_TURNS}", p.max_turns));
-        }
-        super::check_max_tokens(p.max_tokens)?;
+        check_in("sessions", p.sessions, 1..=MAX_SESSIONS)?;
+        check_in("max_turns", p.max_turns, 1..=MAX_TURNS)?;
+        check_max_tokens(p.max_tokens)?;
         if let Some(c) = p.max_context {
             if c <= p.max_tokens {
                 return Err(format!(

@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{MAX_TOKENS, MAX_TURNS, MAX_USER_LEN};
+use super::{check_in, check_max_tokens, MAX_TOKENS, MAX_TURNS, MAX_USER_LEN};
 
 /// `kind: growth-curve`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -87,26 +87,13 @@ impl GrowthParams {
     /// Range checks serde cannot express.
     pub fn validate(&self) -> Result<(), String> {
         let p = self;
-        if p.turns < 3 || p.turns > MAX_TURNS {
-            return Err(format!("params.turns: {} is not in 3..={MAX_TURNS}", p.turns));
-        }
-        for (name, v) in [("opening", p.opening), ("user_len", p.user_len)] {
-            if v == 0 || v > MAX_USER_LEN {
-                return Err(format!("params.{name}: {v} is not in 1..={MAX_USER_LEN}"));
-            }
-        }
-        if p.max_tokens == 0 || p.max_tokens > MAX_TOKENS {
-            return Err(format!("params.max_tokens: {} is not in 1..={MAX_TOKENS}", p.max_tokens));
-        }
-        for (name, v) in [("repeats", p.repeats), ("cold_repeats", p.cold_repeats)] {
-            if v == 0 || v > MAX_REPEATS {
-                return Err(format!("params.{name}: {v} is not in 1..={MAX_REPEATS}"));
-            }
-        }
-        if p.threads > MAX_THREADS {
-            return Err(format!("params.threads: {} is not in 0..={MAX_THREADS}", p.threads));
-        }
-        Ok(())
+        check_in("turns", p.turns, 3..=MAX_TURNS)?;
+        check_in("opening", p.opening, 1..=MAX_USER_LEN)?;
+        check_in("user_len", p.user_len, 1..=MAX_USER_LEN)?;
+        check_max_tokens(p.max_tokens)?;
+        check_in("repeats", p.repeats, 1..=MAX_REPEATS)?;
+        check_in("cold_repeats", p.cold_repeats, 1..=MAX_REPEATS)?;
+        check_in("threads", p.threads, 0..=MAX_THREADS)
     }
 }
 

@@ -1,6 +1,8 @@
 //! The `params` of each scenario kind, with the range checks serde cannot express. Upper limits keep every size
 //! the cases derive from them far from integer overflow.
 
+use std::ops::RangeInclusive;
+
 mod agentic;
 mod boundary;
 mod growth;
@@ -22,8 +24,21 @@ fn default_max_tokens() -> usize {
 }
 
 fn check_max_tokens(m: usize) -> Result<(), String> {
-    if m == 0 || m > MAX_TOKENS {
-        return Err(format!("params.max_tokens: {m} is not in 1..={MAX_TOKENS}"));
+    check_in("max_tokens", m, 1..=MAX_TOKENS)
+}
+
+/// `params.<name>` must lie in `range`.
+fn check_in(name: &str, value: usize, range: RangeInclusive<usize>) -> Result<(), String> {
+    if range.contains(&value) {
+        return Ok(());
     }
-    Ok(())
+    Err(format!("params.{name}: {value} is not in {}..={}", range.start(), range.end()))
+}
+
+/// `params.<name>` is a `[min, max]` range that must satisfy `least <= min <= max <= most`.
+fn check_span(name: &str, [lo, hi]: [usize; 2], least: usize, most: usize) -> Result<(), String> {
+    if least <= lo && lo <= hi && hi <= most {
+        return Ok(());
+    }
+    Err(format!("params.{name}: [{lo}, {hi}] must satisfy {least} <= min <= max <= {most}"))
 }

@@ -4,7 +4,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{MAX_TOKENS, MAX_USER_LEN};
+use super::{check_in, check_max_tokens, check_span, MAX_TOKENS, MAX_USER_LEN};
 
 /// The stale contexts a case can hold next to its current prompt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
@@ -93,16 +93,9 @@ impl StalenessParams {
     /// Range checks serde cannot express.
     pub fn validate(&self) -> Result<(), String> {
         let p = self;
-        if p.cases == 0 || p.cases > MAX_CASES {
-            return Err(format!("params.cases: {} is not in 1..={MAX_CASES}", p.cases));
-        }
-        let [lo, hi] = p.user_len;
-        if lo == 0 || lo > hi || hi > MAX_USER_LEN {
-            return Err(format!("params.user_len: [{lo}, {hi}] must satisfy 1 <= min <= max <= {MAX_USER_LEN}"));
-        }
-        if p.max_tokens == 0 || p.max_tokens > MAX_TOKENS {
-            return Err(format!("params.max_tokens: {} is not in 1..={MAX_TOKENS}", p.max_tokens));
-        }
+        check_in("cases", p.cases, 1..=MAX_CASES)?;
+        check_span("user_len", p.user_len, 1, MAX_USER_LEN)?;
+        check_max_tokens(p.max_tokens)?;
         if let Some(c) = &p.contexts {
             if c.is_empty() {
                 return Err("params.contexts: must list at least one context (or be left out for all)".into());

@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{check_max_tokens, default_max_tokens, MAX_TOKENS, MAX_TURNS, MAX_USER_LEN};
+use super::{check_in, check_max_tokens, check_span, default_max_tokens, MAX_TOKENS, MAX_TURNS, MAX_USER_LEN};
 
 pub const MAX_PAIRS: usize = 1_000_000;
 
@@ -63,17 +63,10 @@ impl StressParams {
     /// Range checks serde cannot express.
     pub fn validate(&self) -> Result<(), String> {
         check_max_tokens(self.max_tokens)?;
-        if self.pairs == 0 || self.pairs > MAX_PAIRS {
-            return Err(format!("params.pairs: {} is not in 1..={MAX_PAIRS}", self.pairs));
-        }
-        let [lo, hi] = self.turns;
-        if lo < 2 || lo > hi || hi > MAX_TURNS {
-            return Err(format!("params.turns: [{lo}, {hi}] must satisfy 2 <= min <= max <= {MAX_TURNS}"));
-        }
-        if let Some([lo, hi]) = self.user_len {
-            if lo == 0 || lo > hi || hi > MAX_USER_LEN {
-                return Err(format!("params.user_len: [{lo}, {hi}] must satisfy 1 <= min <= max <= {MAX_USER_LEN}"));
-            }
+        check_in("pairs", self.pairs, 1..=MAX_PAIRS)?;
+        check_span("turns", self.turns, 2, MAX_TURNS)?;
+        if let Some(user_len) = self.user_len {
+            check_span("user_len", user_len, 1, MAX_USER_LEN)?;
         }
         Ok(())
     }
