@@ -2,7 +2,10 @@
 # The nightly job: every scenario in scenarios/nightly/ — growth curves on the small and bench presets (per-turn
 # wall time warm vs cold as a conversation grows to thousands of tokens), semantic staleness on every engine, and
 # stress scenarios of 3000 pairs per engine (0 failures bounds the failure rate below 0.1%) — then the run's
-# headline numbers appended to reports/history/history.csv and the trend plots redrawn.
+# headline numbers appended to reports/history/history.csv and the trend plots redrawn; then the PR gate's full
+# fault sweep (`kvproof mutants scenarios/pr --full`: every fault on every scenario it applies to), which fails
+# when the recorded kill map scenarios/pr/kills.json is stale and prints the map it learned (also written to the
+# sweep's folder as kills.json, to commit).
 #
 # Environment: KVPROOF_REPORTS (default reports) holds the run folder reports/nightly-<time>/ and the history
 # folder reports/history/; KVPROOF_NIGHTLY (default scenarios/nightly) picks the scenarios (a file or folder, or
@@ -10,7 +13,7 @@
 # appended to $GITHUB_STEP_SUMMARY when it is set.
 #
 # Exit status: that of `kvproof run` (0 pass, 1 a check or assertion failed, 2 input error); a failure to record
-# the history is reported and turns a passing run into exit 1. The whole set takes on the order of an hour on a
+# the history, a surviving fault or a stale kill map is reported and turns a passing run into exit 1. The whole set takes on the order of an hour on a
 # 2-core machine (most of it in the stress scenarios); the growth curves alone take about ten minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,13 +22,14 @@ cd "$(dirname "$0")/.."
 export KVPROOF_CACHE=${KVPROOF_CACHE:-$HOME/.cache/kvproof}
 bash ci/fetch-smollm2.sh "$KVPROOF_CACHE" >/dev/null
 
-cargo build --release -p kvproof --bin kvproof
+# kvproof-engine too: the full sweep serves the stdio scenarios through it
+cargo build --release -p kvproof --bin kvproof --bin kvproof-engine
 
 reports=${KVPROOF_REPORTS:-reports}
 stamp=$(date -u +%Y%m%d-%H%M%S)
 run_dir="$reports/nightly-$stamp"
 history_dir="$reports/history"
-kvproof=./target/release/kvproof
+kvproof=${CARGO_TARGET_DIR:-target}/release/kvproof
 read -r -a scenarios <<<"${KVPROOF_NIGHTLY:-scenarios/nightly}"
 label=${KVPROOF_LABEL:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 
@@ -51,5 +55,16 @@ fi
 if [ -n "${GITHUB_STEP_SUMMARY:-}" ] && [ -f "$run_dir/summary.md" ]; then
   cat "$run_dir/summary.md" >>"$GITHUB_STEP_SUMMARY"
 fi
+
+# The full fault sweep, and whether the PR gate's kill map still says what it learns.
+sweep_dir="$reports/mutants-full-$stamp"
+sweep_start=$SECONDS
+if ! "$kvproof" mutants scenarios/pr --full --check-kills --kills scenarios/pr/kills.json \
+  --write-kills "$sweep_dir.kills.json" --out "$sweep_dir"; then
+  echo "nightly: the full fault sweep failed (a survivor or a stale kill map: see above and $sweep_dir/mutants.md)" >&2
+  [ "$status" -ne 0 ] || status=1
+fi
+[ -n "${GITHUB_STEP_SUMMARY:-}" ] && [ -f "$sweep_dir/mutants.md" ] && cat "$sweep_dir/mutants.md" >>"$GITHUB_STEP_SUMMARY"
+echo "nightly: the full fault sweep took $((SECONDS - sweep_start))s; the map it learned: $sweep_dir.kills.json"
 echo "nightly: run took ${elapsed}s; report in $run_dir (open $run_dir/index.html), trend in $history_dir/index.html"
 exit "$status"

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use strum::IntoEnumIterator;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand};
 use kvproof::exit;
 use kvproof::record::CheckName;
@@ -36,7 +36,7 @@ enum Cmd {
     /// Run scenario files (or folders of them) and write reports/<run>/.
     #[command(after_help = EXIT_CODES)]
     Run {
-        /// Scenario files or folders (their *.json, schema.json excluded).
+        /// Scenario files or folders (their *.json, schema.json and kills.json excluded).
         #[arg(required = true, value_name = "SCENARIO|DIR")]
         paths: Vec<PathBuf>,
         /// The run folder [default: reports/<UTC time>]; refused when it holds files, unless --force.
@@ -155,6 +155,22 @@ enum Cmd {
         force: bool,
         #[arg(long)]
         json: bool,
+        /// Run every scenario each fault applies to, not only the kill map's cheapest killer (the nightly sweep;
+        /// what a kill map is recorded from).
+        #[arg(long)]
+        full: bool,
+        /// The kill map: per fault, the scenarios that killed it in a full sweep (docs/mutants.md) [default:
+        /// kills.json in the scenario folder, when one folder is given]. A fault it cannot vouch for (no entry, a
+        /// scenario gone or changed, a map that does not parse) runs every applicable scenario.
+        #[arg(long, value_name = "FILE")]
+        kills: Option<PathBuf>,
+        /// With --full: record what the sweep learned as the kill map FILE (refused when the clean pass fails).
+        #[arg(long, value_name = "FILE", requires = "full")]
+        write_kills: Option<PathBuf>,
+        /// With --full: exit 1 when the kill map (--kills) differs from what the sweep learned (a fault's killer
+        /// set, a scenario's content), printing the differences and the new map.
+        #[arg(long, requires = "full")]
+        check_kills: bool,
     },
     /// Print the JSON schema of scenario files (scenarios/schema.json is this output).
     Schema,
@@ -313,12 +329,23 @@ pub fn main(cli: Cli) -> Result<i32> {
             print_summary(&summary, &dir);
             Ok(if summary.pass { exit::PASS } else { exit::FAIL })
         }
-        Cmd::Mutants { paths, out, force, json } => {
+        Cmd::Mutants { paths, out, force, json, full, kills, write_kills, check_kills } => {
             let paths = if paths.is_empty() { vec![PathBuf::from("scenarios/pr")] } else { paths };
             let scenarios = load(&paths)?;
             if mutants::faults_of(&scenarios)?.is_empty() {
                 bail!("none of the scenarios uses a bundled engine with faults: nothing to mutate");
             }
+            let kills = kills.or_else(|| mutants::default_kill_map(&paths));
+            if check_kills && kills.is_none() {
+                bail!("--check-kills needs the kill map to compare with: give --kills FILE");
+            }
+            let source = match (&kills, full) {
+                (_, true) => mutants::Source::Full,
+                (Some(path), false) => mutants::Source::Map { path: path.clone(), map: mutants::KillMap::load(path) },
+                (None, false) => mutants::Source::Unmapped {
+                    reason: "no kill map (--kills FILE, or one scenario folder holding kills.json)".into(),
+                },
+            };
             let out = out.unwrap_or_else(|| session::default_out(Path::new("reports"), "mutants-"));
             out_dir::make_room(&out, Layout::Mutants, force)?;
             let show = !json;
@@ -332,10 +359,10 @@ pub fn main(cli: Cli) -> Result<i32> {
                         }
                         (_, false) => "SURVIVED".to_string(),
                     };
-                    eprintln!("{:<20} {verdict}", r.fault);
+                    eprintln!("{:<20} {verdict}  [{:.1}s: {}]", r.fault, r.seconds, r.selection);
                 }
             };
-            let report = mutants::sweep(&scenarios, &out, show && progress::wanted(), &argv, &mut on_pass)?;
+            let report = mutants::sweep(&scenarios, &out, show && progress::wanted(), &argv, &source, &mut on_pass)?;
             let md = mutants::render_markdown(&report);
             safe_file::replace(&out.join(out_dir::MUTANTS_MD), md.as_bytes())?;
             let js = serde_json::to_string_pretty(&report)?;
@@ -345,14 +372,49 @@ pub fn main(cli: Cli) -> Result<i32> {
             } else {
                 print!("\n{}", mutants::render_table(&report));
                 for s in report.survivors() {
-                    println!("SURVIVED: {} ({}) — no scenario caught it", s.fault, s.description);
+                    println!("SURVIVED: {} ({}) — {}", s.fault, s.description, mutants::survivor_advice(&report, s));
                 }
                 if report.clean.failed {
                     println!("the clean run failed: see {}/summary.md", report.clean.out.display());
                 }
+                println!("time per engine (clean+faults): {}", mutants::render_times_line(&report));
                 println!("report: {}", out.join(out_dir::MUTANTS_MD).display());
             }
-            Ok(if report.ok() { exit::PASS } else { exit::FAIL })
+            let mut ok = report.ok();
+            if full && (write_kills.is_some() || check_kills) {
+                let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+                let recorded_by = format!("kvproof mutants {} --full", names.join(" "));
+                let learned = mutants::learned_map(&report, &scenarios, &recorded_by).map_err(|e| anyhow!(e))?;
+                if let (true, Some(path)) = (check_kills, &kills) {
+                    let stale = match mutants::KillMap::load(path) {
+                        Ok(Some(recorded)) => recorded.staleness(&learned),
+                        Ok(None) => vec![format!("no kill map at {}", path.display())],
+                        Err(e) => vec![e.to_string()],
+                    };
+                    if !stale.is_empty() {
+                        ok = false;
+                        eprintln!("the kill map {} is stale:", path.display());
+                        for line in &stale {
+                            eprintln!("  {line}");
+                        }
+                        eprintln!(
+                            "re-record it with `--full --write-kills {}`; the map this sweep learned:\n{}",
+                            path.display(),
+                            learned.to_json()
+                        );
+                    }
+                }
+                if let Some(path) = &write_kills {
+                    if report.clean.failed {
+                        eprintln!("not recording {}: the clean pass failed", path.display());
+                        ok = false;
+                    } else {
+                        safe_file::replace(path, learned.to_json().as_bytes())?;
+                        eprintln!("kill map recorded: {}", path.display());
+                    }
+                }
+            }
+            Ok(if ok { exit::PASS } else { exit::FAIL })
         }
     }
 }

@@ -27,7 +27,9 @@ fn scenario_files(dir: &Path, out: &mut Vec<PathBuf>) {
         let p = entry.expect("entry").path();
         if p.is_dir() {
             scenario_files(&p, out);
-        } else if p.extension().is_some_and(|e| e == "json") && p.file_name().is_some_and(|n| n != "schema.json") {
+        } else if p.extension().is_some_and(|e| e == "json")
+            && p.file_name().is_some_and(|n| n != "schema.json" && n != "kills.json")
+        {
             out.push(p);
         }
     }

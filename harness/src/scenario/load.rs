@@ -192,7 +192,8 @@ pub fn collect_files(path: &Path) -> Result<Vec<PathBuf>, ScenarioError> {
         let entry = entry.map_err(|source| ScenarioError::Io { path: path.to_path_buf(), source })?;
         let p = entry.path();
         let is_json = p.extension().is_some_and(|e| e == "json");
-        let is_schema = p.file_name().is_some_and(|n| n == "schema.json");
+        // the folder's schema and its kill map (`kvproof mutants`) sit beside the scenarios
+        let is_schema = p.file_name().is_some_and(|n| n == "schema.json" || n == "kills.json");
         if is_json && !is_schema && p.is_file() {
             files.push(p);
         }
