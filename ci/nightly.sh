@@ -6,8 +6,14 @@
 #
 # Environment: KVPROOF_REPORTS (default reports) holds the run folder reports/nightly-<time>/ and the history
 # folder reports/history/; KVPROOF_NIGHTLY (default scenarios/nightly) picks the scenarios (a file or folder, or
-# several separated by spaces); KVPROOF_LABEL labels the history rows (default: the commit). The run's summary is
-# appended to $GITHUB_STEP_SUMMARY when it is set.
+# several separated by spaces); KVPROOF_LABEL labels the history rows (default: the commit); KVPROOF_JOBS sets
+# `--jobs` (units side by side; default one per core). The run's summary is appended to $GITHUB_STEP_SUMMARY when
+# it is set.
+#
+# Sharded (ci/workflows/nightly.yml runs it so): KVPROOF_SHARD=K/N runs only shard K of N into
+# reports/nightly-shard-K-of-N/ and stops there (no history: a shard is a part of the run); KVPROOF_MERGE="DIR..."
+# then combines the N shard folders with `kvproof merge` into reports/nightly-<time>/ instead of running anything,
+# and records that folder in the history as an unsharded run would be. With neither set the whole set runs here.
 #
 # Exit status: that of `kvproof run` (0 pass, 1 a check or assertion failed, 2 input error); a failure to record
 # the history is reported and turns a passing run into exit 1. The whole set takes on the order of an hour on a
@@ -29,9 +35,22 @@ kvproof=./target/release/kvproof
 read -r -a scenarios <<<"${KVPROOF_NIGHTLY:-scenarios/nightly}"
 label=${KVPROOF_LABEL:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 
+jobs=()
+[ -z "${KVPROOF_JOBS:-}" ] || jobs=(--jobs "$KVPROOF_JOBS")
+
 start=$SECONDS
 status=0
-"$kvproof" run "${scenarios[@]}" --out "$run_dir" || status=$?
+if [ -n "${KVPROOF_SHARD:-}" ]; then
+  shard_dir="$reports/nightly-shard-${KVPROOF_SHARD/\//-of-}"
+  "$kvproof" run "${scenarios[@]}" --shard "$KVPROOF_SHARD" "${jobs[@]}" --out "$shard_dir" || status=$?
+  echo "nightly: shard $KVPROOF_SHARD took $((SECONDS - start))s; folder $shard_dir (merge it with the others)"
+  exit "$status"
+elif [ -n "${KVPROOF_MERGE:-}" ]; then
+  read -r -a shard_dirs <<<"$KVPROOF_MERGE"
+  "$kvproof" merge "${shard_dirs[@]}" --out "$run_dir" || status=$?
+else
+  "$kvproof" run "${scenarios[@]}" "${jobs[@]}" --out "$run_dir" || status=$?
+fi
 elapsed=$((SECONDS - start))
 
 # A run that could not start (exit 2 before anything ran) has no results to record.
@@ -51,5 +70,5 @@ fi
 if [ -n "${GITHUB_STEP_SUMMARY:-}" ] && [ -f "$run_dir/summary.md" ]; then
   cat "$run_dir/summary.md" >>"$GITHUB_STEP_SUMMARY"
 fi
-echo "nightly: run took ${elapsed}s; report in $run_dir (open $run_dir/index.html), trend in $history_dir/index.html"
+echo "nightly: ${KVPROOF_MERGE:+merge }took ${elapsed}s; report in $run_dir (open $run_dir/index.html), trend in $history_dir/index.html"
 exit "$status"
