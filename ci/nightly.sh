@@ -43,6 +43,9 @@ status=0
 if [ -n "${KVPROOF_SHARD:-}" ]; then
   shard_dir="$reports/nightly-shard-${KVPROOF_SHARD/\//-of-}"
   "$kvproof" run "${scenarios[@]}" --shard "$KVPROOF_SHARD" "${jobs[@]}" --out "$shard_dir" || status=$?
+  # A shard's own verdict is partial (a 1/N share of a stress scenario's pairs cannot bound its failure rate below
+  # the limit): the merge gives the night's verdict, so only an input error (exit 2) fails a shard.
+  [ "$status" -ne 1 ] || status=0
   echo "nightly: shard $KVPROOF_SHARD took $((SECONDS - start))s; folder $shard_dir (merge it with the others)"
   exit "$status"
 elif [ -n "${KVPROOF_MERGE:-}" ]; then
