@@ -9,12 +9,18 @@
 #
 # Environment: KVPROOF_REPORTS (default reports) holds the run folder reports/nightly-<time>/ and the history
 # folder reports/history/; KVPROOF_NIGHTLY (default scenarios/nightly) picks the scenarios (a file or folder, or
-# several separated by spaces); KVPROOF_LABEL labels the history rows (default: the commit). The run's summary is
-# appended to $GITHUB_STEP_SUMMARY when it is set.
+# several separated by spaces); KVPROOF_LABEL labels the history rows (default: the commit); KVPROOF_JOBS sets
+# `--jobs` (units side by side; default one per core). The run's summary is appended to $GITHUB_STEP_SUMMARY when
+# it is set.
+#
+# Sharded (ci/workflows/nightly.yml runs it so): KVPROOF_SHARD=K/N runs only shard K of N into
+# reports/nightly-shard-K-of-N/ and stops there (no history: a shard is a part of the run); KVPROOF_MERGE="DIR..."
+# then combines the N shard folders with `kvproof merge` into reports/nightly-<time>/ instead of running anything,
+# and records that folder in the history as an unsharded run would be. With neither set the whole set runs here.
 #
 # Exit status: that of `kvproof run` (0 pass, 1 a check or assertion failed, 2 input error); a failure to record
-# the history, a surviving fault or a stale kill map is reported and turns a passing run into exit 1. The whole set takes on the order of an hour on a
-# 2-core machine (most of it in the stress scenarios); the growth curves alone take about ten minutes.
+# the history, a surviving fault or a stale kill map is reported and turns a passing run into exit 1. The whole
+# set takes on the order of an hour on a 2-core machine (most of it in the stress scenarios); the growth curves alone take about ten minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,9 +39,25 @@ kvproof=${CARGO_TARGET_DIR:-target}/release/kvproof
 read -r -a scenarios <<<"${KVPROOF_NIGHTLY:-scenarios/nightly}"
 label=${KVPROOF_LABEL:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 
+jobs=()
+[ -z "${KVPROOF_JOBS:-}" ] || jobs=(--jobs "$KVPROOF_JOBS")
+
 start=$SECONDS
 status=0
-"$kvproof" run "${scenarios[@]}" --out "$run_dir" || status=$?
+if [ -n "${KVPROOF_SHARD:-}" ]; then
+  shard_dir="$reports/nightly-shard-${KVPROOF_SHARD/\//-of-}"
+  "$kvproof" run "${scenarios[@]}" --shard "$KVPROOF_SHARD" "${jobs[@]}" --out "$shard_dir" || status=$?
+  # A shard's own verdict is partial (a 1/N share of a stress scenario's pairs cannot bound its failure rate below
+  # the limit): the merge gives the night's verdict, so only an input error (exit 2) fails a shard.
+  [ "$status" -ne 1 ] || status=0
+  echo "nightly: shard $KVPROOF_SHARD took $((SECONDS - start))s; folder $shard_dir (merge it with the others)"
+  exit "$status"
+elif [ -n "${KVPROOF_MERGE:-}" ]; then
+  read -r -a shard_dirs <<<"$KVPROOF_MERGE"
+  "$kvproof" merge "${shard_dirs[@]}" --out "$run_dir" || status=$?
+else
+  "$kvproof" run "${scenarios[@]}" "${jobs[@]}" --out "$run_dir" || status=$?
+fi
 elapsed=$((SECONDS - start))
 
 # A run that could not start (exit 2 before anything ran) has no results to record.
@@ -56,7 +78,7 @@ if [ -n "${GITHUB_STEP_SUMMARY:-}" ] && [ -f "$run_dir/summary.md" ]; then
   cat "$run_dir/summary.md" >>"$GITHUB_STEP_SUMMARY"
 fi
 
-# The full fault sweep, and whether the PR gate's kill map still says what it learns.
+# The full fault sweep (in the merge job when sharded), and whether the PR gate's kill map still says what it learns.
 sweep_dir="$reports/mutants-full-$stamp"
 sweep_start=$SECONDS
 if ! "$kvproof" mutants scenarios/pr --full --check-kills --kills scenarios/pr/kills.json \
@@ -66,5 +88,5 @@ if ! "$kvproof" mutants scenarios/pr --full --check-kills --kills scenarios/pr/k
 fi
 [ -n "${GITHUB_STEP_SUMMARY:-}" ] && [ -f "$sweep_dir/mutants.md" ] && cat "$sweep_dir/mutants.md" >>"$GITHUB_STEP_SUMMARY"
 echo "nightly: the full fault sweep took $((SECONDS - sweep_start))s; the map it learned: $sweep_dir.kills.json"
-echo "nightly: run took ${elapsed}s; report in $run_dir (open $run_dir/index.html), trend in $history_dir/index.html"
+echo "nightly: ${KVPROOF_MERGE:+merge }took ${elapsed}s; report in $run_dir (open $run_dir/index.html), trend in $history_dir/index.html"
 exit "$status"

@@ -11,8 +11,9 @@ use kvproof::record::CheckName;
 use kvproof::record::Summary;
 use kvproof::report::out_dir::{self, Layout};
 use kvproof::report::safe_file;
+use kvproof::runner::shard::Shard;
 use kvproof::scenario::{self, CaseName, Kind};
-use kvproof::session::{self, RunOptions};
+use kvproof::session::{self, RunOptions, Spread};
 use kvproof::{conformance, mutants, progress, report, stats};
 use kvproof_engines::config::Preset;
 use kvproof_engines::fault::Fault;
@@ -48,6 +49,30 @@ enum Cmd {
         /// Turn on one named fault in every bundled engine (`none`: force clean engines). See `kvproof list`.
         #[arg(long, value_name = "F", value_parser = parse_fault)]
         fault: Option<FaultArg>,
+        /// Print the verdict as JSON on stdout instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Run only shard K of N of the scenarios' units (plans: a boundary case, a conversation, a session, a
+        /// growth curve); `kvproof merge` combines the N shard folders into the unsharded run's folder.
+        #[arg(long, value_name = "K/N", value_parser = parse_shard)]
+        shard: Option<Shard>,
+        /// Run J units side by side, each on its own engine instances [default: one per core]; results.jsonl is
+        /// written in the same order whatever J is.
+        #[arg(long, value_name = "J", value_parser = clap::value_parser!(u32).range(1..=4096))]
+        jobs: Option<u32>,
+    },
+    /// Combine the shard folders of one `run --shard K/N` (all N of them) into one run folder, as the unsharded run.
+    #[command(after_help = EXIT_CODES)]
+    Merge {
+        /// The shard run folders, in any order.
+        #[arg(required = true, value_name = "DIR")]
+        dirs: Vec<PathBuf>,
+        /// The merged run folder; refused when it holds files, unless --force.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// Use a --out folder that already holds files: kvproof's own files there are replaced, others kept.
+        #[arg(long)]
+        force: bool,
         /// Print the verdict as JSON on stdout instead of text.
         #[arg(long)]
         json: bool,
@@ -217,6 +242,10 @@ fn parse_fault(s: &str) -> Result<FaultArg, String> {
     })
 }
 
+fn parse_shard(s: &str) -> Result<Shard, String> {
+    s.parse::<Shard>().map_err(|e| e.to_string())
+}
+
 fn parse_preset(s: &str) -> Result<Preset, String> {
     s.parse::<Preset>().map_err(|e| e.to_string())
 }
@@ -228,7 +257,7 @@ fn load(paths: &[PathBuf]) -> Result<Vec<scenario::Scenario>> {
 pub fn main(cli: Cli) -> Result<i32> {
     let argv: Vec<String> = std::env::args().collect();
     match cli.command {
-        Cmd::Run { paths, out, force, fault, json } => {
+        Cmd::Run { paths, out, force, fault, json, shard, jobs } => {
             let scenarios = load(&paths)?;
             let out = out.unwrap_or_else(|| session::default_out(Path::new("reports"), ""));
             out_dir::make_room(&out, Layout::Run, force)?;
@@ -238,7 +267,18 @@ pub fn main(cli: Cli) -> Result<i32> {
                 progress: !json && progress::wanted(),
                 command: argv,
             };
-            let (summary, _) = session::run_scenarios(&scenarios, &opts)?;
+            let spread = Spread { shard, jobs: jobs.map_or_else(session::default_jobs, |j| j as usize) };
+            let (summary, _) = session::run_spread(&scenarios, &opts, spread)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&summary)?);
+            } else {
+                print_summary(&summary, &out);
+            }
+            Ok(if summary.pass { exit::PASS } else { exit::FAIL })
+        }
+        Cmd::Merge { dirs, out, force, json } => {
+            out_dir::make_room(&out, Layout::Run, force)?;
+            let summary = kvproof::merge::merge(&dirs, &out, argv)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&summary)?);
             } else {

@@ -8,8 +8,8 @@
 //! `oracle` (the expected reuse of a turn, per arch), `conversation` (transcripts and prompt edits),
 //! `cases` (boundary matrix and stress pairs), `runner` (warm/cold/control execution), `check` (the
 //! comparisons), `stats` (Clopper–Pearson), `report` (artifacts and summaries), `mutants` (fault injection
-//! sweeps), `session` (a whole run: engines, artifacts, verdict), `conformance` (an engine process checked
-//! against the stdio protocol). The command line is the binary's `cli`.
+//! sweeps), `session` (a whole run: engines, artifacts, verdict), `merge` (shard folders into one run folder),
+//! `conformance` (an engine process checked against the stdio protocol). The command line is the binary's `cli`.
 
 pub mod agent;
 pub mod cases;
@@ -20,6 +20,7 @@ pub mod driver;
 pub mod history;
 pub mod id_diff;
 pub mod investigate;
+pub mod merge;
 pub mod mutants;
 pub mod oracle;
 pub mod plot;

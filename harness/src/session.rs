@@ -9,9 +9,10 @@ use crate::driver::DriverError;
 use crate::progress::Progress;
 use crate::record::Summary;
 use crate::record::TrialRecord;
-use crate::record::{self as manifest, Machine, Manifest, ScenarioEntry};
+use crate::record::{self as manifest, Machine, Manifest, ScenarioEntry, ScenarioTotals, ShardInfo};
 use crate::report::{self, ReportError, RunWriter};
 use crate::runner;
+use crate::runner::shard::Shard;
 use crate::scenario::{EngineSpec, Scenario};
 
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +36,26 @@ pub struct RunOptions {
     pub progress: bool,
     /// The command line, for the manifest.
     pub command: Vec<String>,
+}
+
+/// How a run spreads its units: which shard of the set it runs, and how many units run side by side.
+#[derive(Debug, Clone, Copy)]
+pub struct Spread {
+    pub shard: Option<Shard>,
+    /// Workers (`--jobs`), at least 1.
+    pub jobs: usize,
+}
+
+impl Default for Spread {
+    /// The whole set, as many units at once as the machine has cores.
+    fn default() -> Self {
+        Spread { shard: None, jobs: default_jobs() }
+    }
+}
+
+/// Units side by side when `--jobs` is not given: one per core (the plans of a scenario always ran that wide).
+pub fn default_jobs() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
 /// A run folder name: `reports/<stamp>` (with a suffix if it exists already).
@@ -70,6 +91,15 @@ pub fn check_fault(scenarios: &[Scenario], fault: Option<Option<Fault>>) -> Resu
 
 /// Run `scenarios` into `opts.out`; returns the verdict and every trial.
 pub fn run_scenarios(scenarios: &[Scenario], opts: &RunOptions) -> Result<(Summary, Vec<TrialRecord>), SessionError> {
+    run_spread(scenarios, opts, Spread::default())
+}
+
+/// Run the units of `scenarios` that `spread.shard` selects, `spread.jobs` at a time, into `opts.out`.
+pub fn run_spread(
+    scenarios: &[Scenario],
+    opts: &RunOptions,
+    spread: Spread,
+) -> Result<(Summary, Vec<TrialRecord>), SessionError> {
     check_fault(scenarios, opts.fault)?;
     // Start every engine first: a scenario that cannot start is an input error before anything runs.
     let mut prepared = Vec::with_capacity(scenarios.len());
@@ -80,6 +110,14 @@ pub fn run_scenarios(scenarios: &[Scenario], opts: &RunOptions) -> Result<(Summa
             error,
         })?;
         prepared.push(p);
+    }
+    // The whole set's totals, before a shard keeps its part.
+    let totals: Vec<ScenarioTotals> = prepared
+        .iter()
+        .map(|p| ScenarioTotals { name: p.scenario.name.clone(), plans: p.plans.len(), planned_trials: p.compared() })
+        .collect();
+    if let Some(shard) = spread.shard {
+        prepared.iter_mut().for_each(|p| p.select(shard));
     }
     let run_name = opts.out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "run".into());
     let mut manifest = Manifest {
@@ -99,22 +137,23 @@ pub fn run_scenarios(scenarios: &[Scenario], opts: &RunOptions) -> Result<(Summa
                     p.launcher.label(),
                     p.launcher.info().clone(),
                     p.launcher.caps().clone(),
-                    p.plans.len(),
+                    p.selected.len(),
                     p.compared(),
                     p.skipped.clone(),
                 )
             })
             .collect(),
+        shard: None,
     };
+    if let Some(shard) = spread.shard {
+        let set = manifest::set_identity(&manifest, &totals);
+        manifest.shard = Some(ShardInfo { index: shard.index, count: shard.count, set, totals });
+    }
     let writer = RunWriter::create(&opts.out)?;
     report::write_manifest(&opts.out, &manifest)?;
     let total: usize = prepared.iter().map(runner::Prepared::turns).sum();
     let progress = Progress::new(total as u64, opts.progress);
-    let mut trials = Vec::new();
-    for p in &prepared {
-        progress.set_prefix(&p.scenario.name);
-        trials.extend(runner::run(p, &writer, &progress));
-    }
+    let mut trials = runner::workers::run_all(&prepared, &writer, &progress, spread.jobs);
     progress.finish();
     writer.finish()?;
     manifest.finished_unix = Some(manifest::unix_now());

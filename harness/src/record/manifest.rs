@@ -98,6 +98,9 @@ pub struct Manifest {
     pub finished_unix: Option<u64>,
     pub machine: Machine,
     pub scenarios: Vec<ScenarioEntry>,
+    /// `--shard K/N`: this run is one shard of a set (its entries count this shard's plans and trials).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<super::ShardInfo>,
 }
 
 pub fn unix_now() -> u64 {

@@ -28,35 +28,34 @@ fn run_of(g: &Generation) -> Run {
 
 /// Run the growth conversation of a prepared `growth-curve` scenario.
 pub fn run(p: &Prepared<'_>, sink: &dyn Sink, progress: &Progress) -> Vec<TrialRecord> {
-    let Params::GrowthCurve(params) = &p.scenario.params else {
+    (0..p.plans.len()).flat_map(|i| run_one(p, i, sink, progress)).collect()
+}
+
+/// Run curve `plan_index` of a prepared `growth-curve` scenario, all its passes.
+pub fn run_one(p: &Prepared<'_>, plan_index: usize, sink: &dyn Sink, progress: &Progress) -> Vec<TrialRecord> {
+    let (Params::GrowthCurve(params), Some(plan)) = (&p.scenario.params, p.plans.get(plan_index)) else {
         return Vec::new();
     };
-    let run_all = || {
-        let mut out = Vec::new();
-        for (i, plan) in p.plans.iter().enumerate() {
-            match catch_panic(|| run_plan(p, params, i, plan, sink, progress)) {
-                Ok(records) => out.extend(records),
-                // a plan emits its records only once every pass ran and was checked: none of this one are out
-                Err(panic) => {
-                    let why = format!("kvproof panicked while running or checking this curve: {panic}");
-                    abandon(p, (plan, i), &why, None, sink, progress, &mut out);
-                }
-            }
+    let curve = || match catch_panic(|| run_plan(p, params, plan_index, plan, sink, progress)) {
+        Ok(records) => records,
+        // a plan emits its records only once every pass ran and was checked: none of this one are out
+        Err(panic) => {
+            let why = format!("kvproof panicked while running or checking this curve: {panic}");
+            let mut out = Vec::new();
+            abandon(p, (plan, plan_index), &why, None, sink, progress, &mut out);
+            out
         }
-        out
     };
     if params.threads == 0 {
-        return run_all();
+        return curve();
     }
     // Rayon work the engine starts from inside `install` runs on this pool, not the global one.
     match rayon::ThreadPoolBuilder::new().num_threads(params.threads).build() {
-        Ok(pool) => pool.install(run_all),
+        Ok(pool) => pool.install(curve),
         Err(e) => {
             let why = format!("params.threads: cannot start a pool of {} thread(s): {e}", params.threads);
             let mut out = Vec::new();
-            for (i, plan) in p.plans.iter().enumerate() {
-                abandon(p, (plan, i), &why, None, sink, progress, &mut out);
-            }
+            abandon(p, (plan, plan_index), &why, None, sink, progress, &mut out);
             out
         }
     }
