@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::arch::checkpoint_layout::Stack;
 use crate::arch::qk_norm_attn::QkNormProj;
-use crate::config::{preset_window, ArchConfig, BaseConfig, HashLayout, Preset};
+use crate::config::{preset_window, ArchConfig, BaseConfig, Preset};
 use crate::error::Result;
 use crate::fixture::Init;
 use crate::kernels::Rope;
@@ -43,10 +43,6 @@ impl ArchConfig for Config {
             return Err("deepseek needs `compress_ratio` > 0".into());
         }
         Ok(())
-    }
-
-    fn hash_layout(&self) -> HashLayout {
-        HashLayout { window: self.window, compress_ratio: self.compress_ratio, ..HashLayout::of(&self.base) }
     }
 }
 

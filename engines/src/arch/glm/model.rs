@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::arch::checkpoint_layout::Stack;
-use crate::config::{ArchConfig, BaseConfig, HashLayout, Preset};
+use crate::config::{ArchConfig, BaseConfig, Preset};
 use crate::error::Result;
 use crate::kernels::Rope;
 use crate::tensors::Source;
@@ -49,15 +49,6 @@ impl ArchConfig for Config {
             return Err(format!("field `qk_rope` ({}) must be positive and even for glm", self.qk_rope));
         }
         Ok(())
-    }
-
-    fn hash_layout(&self) -> HashLayout {
-        HashLayout {
-            kv_lora: self.kv_lora,
-            qk_rope: self.qk_rope,
-            kv_share: self.kv_share,
-            ..HashLayout::of(&self.base)
-        }
     }
 }
 

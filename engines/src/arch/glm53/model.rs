@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::arch::checkpoint_layout::{expert, Stack};
-use crate::config::{ArchConfig, BaseConfig, HashLayout, Preset};
+use crate::config::{ArchConfig, BaseConfig, Preset};
 use crate::error::Result;
 use crate::kernels::Rope;
 use crate::moe::Expert;
@@ -38,15 +38,6 @@ impl ArchConfig for Config {
         };
         let base = BaseConfig { slots: 1, prefill_chunk: prompt_rows, ..BaseConfig::preset("glm53", p) };
         Config { base, prompt_rows, draft_layers: 1, prefix_cache: true }
-    }
-
-    fn hash_layout(&self) -> HashLayout {
-        HashLayout {
-            prompt_rows: self.prompt_rows,
-            draft_layers: self.draft_layers,
-            prefix_cache: self.prefix_cache,
-            ..HashLayout::of(&self.base)
-        }
     }
 }
 

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::arch::checkpoint_layout::Stack;
-use crate::config::{ArchConfig, BaseConfig, HashLayout, Preset};
+use crate::config::{ArchConfig, BaseConfig, Preset};
 use crate::error::Result;
 use crate::fixture::Init;
 use crate::tensors::{within, Source};
@@ -43,15 +43,6 @@ impl ArchConfig for Config {
             return Err("kimi's KDA layers need a short convolution: `conv_kernel` > 0".into());
         }
         Ok(())
-    }
-
-    fn hash_layout(&self) -> HashLayout {
-        HashLayout {
-            conv_kernel: self.conv_kernel,
-            kv_lora: self.kv_lora,
-            mla_every: self.mla_every,
-            ..HashLayout::of(&self.base)
-        }
     }
 }
 
