@@ -2,7 +2,6 @@
 //! config type lives in its folder). Lenient on read for what an older file omits, strict on what a config has
 //! no option for.
 
-use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
 
@@ -10,9 +9,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{EngineError, Result};
 
-/// Size presets every bundled engine offers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Size presets every bundled engine offers, named in snake_case (`tiny`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, strum::IntoStaticStr, strum::Display)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Preset {
     /// Runs in milliseconds: CI.
     Tiny,
@@ -25,17 +25,7 @@ pub enum Preset {
 impl Preset {
     pub const ALL: [Preset; 3] = [Preset::Tiny, Preset::Small, Preset::Bench];
     pub fn name(self) -> &'static str {
-        match self {
-            Preset::Tiny => "tiny",
-            Preset::Small => "small",
-            Preset::Bench => "bench",
-        }
-    }
-}
-
-impl fmt::Display for Preset {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        self.into()
     }
 }
 
@@ -367,6 +357,15 @@ pub fn read_json(path: &Path) -> Result<serde_json::Map<String, serde_json::Valu
 mod tests {
     use super::*;
     use crate::arch::{glm, llama};
+
+    #[test]
+    fn a_preset_has_one_name_in_json_scenarios_and_on_the_command_line() {
+        assert_eq!(Preset::ALL.map(Preset::name), ["tiny", "small", "bench"]);
+        for p in Preset::ALL {
+            assert_eq!(serde_json::to_value(p).expect("json"), p.name());
+            assert_eq!(p.name().parse::<Preset>().expect("parses"), p);
+        }
+    }
 
     #[test]
     fn an_arch_config_fills_its_options_in_the_hash_layout_and_leaves_the_others_neutral() {
