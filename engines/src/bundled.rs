@@ -273,6 +273,13 @@ mod tests {
                 ModelConfig::with_overrides(arch, Preset::Tiny, &o(&format!("{{\"{option}\": 1}}"))).expect_err(option);
             assert!(e.starts_with(&format!("engine.config.{option}: {arch} has no option {option} (options: ")), "{e}");
         }
+        for (arch, option) in
+            [("deepseek", "window"), ("deepseek", "compress_ratio"), ("kimi", "conv_kernel"), ("glm", "kv_lora")]
+        {
+            let e =
+                ModelConfig::with_overrides(arch, Preset::Tiny, &o(&format!("{{\"{option}\": 0}}"))).expect_err(option);
+            assert!(e.starts_with(&format!("engine.config: field `{option}` must be positive for {arch} (")), "{e}");
+        }
         let c = ModelConfig::with_overrides("glm", Preset::Tiny, &o(r#"{"kv_share": true, "initial_capacity": 16}"#))
             .expect("glm");
         assert!(c.kv_share());

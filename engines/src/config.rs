@@ -153,6 +153,15 @@ impl BaseConfig {
     }
 }
 
+/// An arch's own checks that options are positive: the first of `fields` (name, value, what it is) that is 0 is
+/// the error, naming the option, the arch and what the option is for.
+pub fn check_positive(arch: &str, fields: &[(&str, usize, &str)]) -> std::result::Result<(), String> {
+    match fields.iter().find(|(_, value, _)| *value == 0) {
+        Some((name, _, what)) => Err(format!("field `{name}` must be positive for {arch} ({what})")),
+        None => Ok(()),
+    }
+}
+
 /// `Deref`/`DerefMut` of an arch config (a struct with a `base: BaseConfig` field) to its base, so the shared
 /// fields read as the config's own (`c.hidden`).
 #[macro_export]
