@@ -31,31 +31,15 @@ pub enum ModelConfig {
 /// `$body` with `$c` bound to the arch's config and `$a` to its model type, for whichever arch `$config` is.
 macro_rules! with_arch {
     ($config:expr, |$c:ident, $a:ident| $body:expr) => {
+        with_arch!(@each $config, $c, $a, $body,
+            Inkling => inkling, DeepSeek => deepseek, Kimi => kimi, Glm53 => glm53, Glm => glm, Llama => llama)
+    };
+    (@each $config:expr, $c:ident, $a:ident, $body:expr, $($variant:ident => $module:ident),*) => {
         match $config {
-            ModelConfig::Inkling($c) => {
-                type $a = inkling::Model;
+            $(ModelConfig::$variant($c) => {
+                type $a = $module::Model;
                 $body
-            }
-            ModelConfig::DeepSeek($c) => {
-                type $a = deepseek::Model;
-                $body
-            }
-            ModelConfig::Kimi($c) => {
-                type $a = kimi::Model;
-                $body
-            }
-            ModelConfig::Glm53($c) => {
-                type $a = glm53::Model;
-                $body
-            }
-            ModelConfig::Glm($c) => {
-                type $a = glm::Model;
-                $body
-            }
-            ModelConfig::Llama($c) => {
-                type $a = llama::Model;
-                $body
-            }
+            })*
         }
     };
 }
@@ -288,6 +272,13 @@ mod tests {
             let e =
                 ModelConfig::with_overrides(arch, Preset::Tiny, &o(&format!("{{\"{option}\": 1}}"))).expect_err(option);
             assert!(e.starts_with(&format!("engine.config.{option}: {arch} has no option {option} (options: ")), "{e}");
+        }
+        for (arch, option) in
+            [("deepseek", "window"), ("deepseek", "compress_ratio"), ("kimi", "conv_kernel"), ("glm", "kv_lora")]
+        {
+            let e =
+                ModelConfig::with_overrides(arch, Preset::Tiny, &o(&format!("{{\"{option}\": 0}}"))).expect_err(option);
+            assert!(e.starts_with(&format!("engine.config: field `{option}` must be positive for {arch} (")), "{e}");
         }
         let c = ModelConfig::with_overrides("glm", Preset::Tiny, &o(r#"{"kv_share": true, "initial_capacity": 16}"#))
             .expect("glm");

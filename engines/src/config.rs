@@ -2,7 +2,6 @@
 //! config type lives in its folder). Lenient on read for what an older file omits, strict on what a config has
 //! no option for.
 
-use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
 
@@ -10,9 +9,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{EngineError, Result};
 
-/// Size presets every bundled engine offers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Size presets every bundled engine offers, named in snake_case (`tiny`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, strum::IntoStaticStr, strum::Display)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Preset {
     /// Runs in milliseconds: CI.
     Tiny,
@@ -25,17 +25,7 @@ pub enum Preset {
 impl Preset {
     pub const ALL: [Preset; 3] = [Preset::Tiny, Preset::Small, Preset::Bench];
     pub fn name(self) -> &'static str {
-        match self {
-            Preset::Tiny => "tiny",
-            Preset::Small => "small",
-            Preset::Bench => "bench",
-        }
-    }
-}
-
-impl fmt::Display for Preset {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        self.into()
     }
 }
 
@@ -163,6 +153,15 @@ impl BaseConfig {
     }
 }
 
+/// An arch's own checks that options are positive: the first of `fields` (name, value, what it is) that is 0 is
+/// the error, naming the option, the arch and what the option is for.
+pub fn check_positive(arch: &str, fields: &[(&str, usize, &str)]) -> std::result::Result<(), String> {
+    match fields.iter().find(|(_, value, _)| *value == 0) {
+        Some((name, _, what)) => Err(format!("field `{name}` must be positive for {arch} ({what})")),
+        None => Ok(()),
+    }
+}
+
 /// `Deref`/`DerefMut` of an arch config (a struct with a `base: BaseConfig` field) to its base, so the shared
 /// fields read as the config's own (`c.hidden`).
 #[macro_export]
@@ -211,14 +210,12 @@ pub trait ArchConfig:
     fn validate(&self) -> std::result::Result<(), String> {
         self.base().validate()
     }
-    /// The fields as the model hash reads them (see `HashLayout`).
-    fn hash_layout(&self) -> HashLayout;
 }
 
 /// The field list the model hash is taken over: every arch's options in one flat record, each option an arch
-/// does not have at its neutral value. It is the layout `config.json` had when one config served every arch, so a
-/// model hash pinned in a report or a document stays the hash of the same model.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// does not have at its neutral value (the serde defaults below). It is the layout `config.json` had when one
+/// config served every arch, so a model hash pinned in a report or a document stays the hash of the same model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HashLayout {
     pub arch: String,
     pub preset: Option<String>,
@@ -232,63 +229,45 @@ pub struct HashLayout {
     pub experts: usize,
     pub top_k: usize,
     pub shared_experts: usize,
+    #[serde(default)]
     pub window: usize,
+    #[serde(default = "on")]
     pub ring_kv: bool,
+    #[serde(default)]
     pub global_every: usize,
+    #[serde(default)]
     pub conv_kernel: usize,
     pub max_ctx: usize,
     pub initial_capacity: usize,
     pub prefill_chunk: usize,
     pub slots: usize,
+    #[serde(default)]
     pub audio_frame_bytes: usize,
+    #[serde(default)]
     pub kv_lora: usize,
+    #[serde(default)]
     pub qk_rope: usize,
+    #[serde(default)]
     pub mla_every: usize,
+    #[serde(default)]
     pub compress_ratio: usize,
+    #[serde(default)]
     pub prompt_rows: usize,
+    #[serde(default)]
     pub draft_layers: usize,
+    #[serde(default)]
     pub kv_share: bool,
+    #[serde(default = "on")]
     pub prefix_cache: bool,
     pub rope_theta: f32,
     pub norm_eps: f32,
 }
 
 impl HashLayout {
-    /// The base's fields, every arch option neutral.
-    pub fn of(b: &BaseConfig) -> Self {
-        HashLayout {
-            arch: b.arch.clone(),
-            preset: b.preset.clone(),
-            vocab: b.vocab,
-            hidden: b.hidden,
-            layers: b.layers,
-            heads: b.heads,
-            kv_heads: b.kv_heads,
-            head_dim: b.head_dim,
-            ffn: b.ffn,
-            experts: b.experts,
-            top_k: b.top_k,
-            shared_experts: b.shared_experts,
-            window: 0,
-            ring_kv: true,
-            global_every: 0,
-            conv_kernel: 0,
-            max_ctx: b.max_ctx,
-            initial_capacity: b.initial_capacity,
-            prefill_chunk: b.prefill_chunk,
-            slots: b.slots,
-            audio_frame_bytes: 0,
-            kv_lora: 0,
-            qk_rope: 0,
-            mla_every: 0,
-            compress_ratio: 0,
-            prompt_rows: 0,
-            draft_layers: 0,
-            kv_share: false,
-            prefix_cache: true,
-            rope_theta: b.rope_theta,
-            norm_eps: b.norm_eps,
-        }
+    /// `config`'s fields (an arch config, flat as `config.json` holds it) placed in the layout: the options it has
+    /// by name, the others neutral; an option the layout does not list (llama's `rope_dim`) is not hashed.
+    pub fn of<C: ArchConfig>(config: &C) -> serde_json::Result<Self> {
+        serde_json::from_value(serde_json::to_value(config)?)
     }
 }
 
@@ -380,5 +359,36 @@ pub fn read_json(path: &Path) -> Result<serde_json::Map<String, serde_json::Valu
         Ok(serde_json::Value::Object(fields)) => Ok(fields),
         Ok(_) => Err(EngineError::Config { path: path.into(), message: "not a JSON object".into() }),
         Err(e) => Err(EngineError::Config { path: path.into(), message: e.to_string() }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::{glm, llama};
+
+    #[test]
+    fn a_preset_has_one_name_in_json_scenarios_and_on_the_command_line() {
+        assert_eq!(Preset::ALL.map(Preset::name), ["tiny", "small", "bench"]);
+        for p in Preset::ALL {
+            assert_eq!(serde_json::to_value(p).expect("json"), p.name());
+            assert_eq!(p.name().parse::<Preset>().expect("parses"), p);
+        }
+    }
+
+    #[test]
+    fn an_arch_config_fills_its_options_in_the_hash_layout_and_leaves_the_others_neutral() {
+        let mut c = glm::Config::preset(Preset::Tiny);
+        c.kv_share = true;
+        c.base.norm_eps = 1e-6;
+        let layout = HashLayout::of(&c).expect("glm's options fit the layout");
+        assert_eq!((layout.kv_lora, layout.qk_rope, layout.kv_share), (c.kv_lora, c.qk_rope, true));
+        assert_eq!((layout.hidden, layout.norm_eps, layout.arch.as_str()), (c.hidden, 1e-6, "glm"));
+        // options glm does not have stay at the values the one-config layout gave them
+        assert_eq!((layout.window, layout.ring_kv, layout.compress_ratio, layout.prefix_cache), (0, true, 0, true));
+        // an option the layout does not list is not hashed
+        let l = llama::Config::preset(Preset::Tiny);
+        let with_rope_dim = llama::Config { rope_dim: 2, ..l.clone() };
+        assert_eq!(HashLayout::of(&l).expect("llama"), HashLayout::of(&with_rope_dim).expect("llama"));
     }
 }

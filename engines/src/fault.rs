@@ -2,10 +2,16 @@
 //!
 //! Every fault is off unless asked for. They exist so the gate can prove it catches each one.
 
-use std::fmt;
 use std::str::FromStr;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+use strum::IntoEnumIterator;
+
+/// Each fault's name is its variant in kebab-case (`CounterReuse` is `counter-reuse`); `Fault::iter()` lists them
+/// in declaration order.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, strum::EnumIter, strum::IntoStaticStr, strum::Display,
+)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Fault {
     /// Reuse length derived from the caller's counts (prompt + generated - 1), ids never compared.
     CounterReuse,
@@ -46,48 +52,8 @@ pub enum Fault {
 }
 
 impl Fault {
-    pub const ALL: [Fault; 18] = [
-        Fault::CounterReuse,
-        Fault::BulkRecord,
-        Fault::MemcmpShort,
-        Fault::ReuseEqual,
-        Fault::OverrunTruncate,
-        Fault::NoTaint,
-        Fault::RingLinearCopy,
-        Fault::DropGrowRecord,
-        Fault::RingAppendFirst,
-        Fault::StaleSlot,
-        Fault::ShareOffByOne,
-        Fault::KvLeak,
-        Fault::TruncateRecurrent,
-        Fault::RecordOnFailure,
-        Fault::VariableChunks,
-        Fault::NoCanonicalBound,
-        Fault::NoGridQuantize,
-        Fault::DrafterNotResumed,
-    ];
-
     pub fn name(self) -> &'static str {
-        match self {
-            Fault::CounterReuse => "counter-reuse",
-            Fault::BulkRecord => "bulk-record",
-            Fault::MemcmpShort => "memcmp-short",
-            Fault::ReuseEqual => "reuse-equal",
-            Fault::OverrunTruncate => "overrun-truncate",
-            Fault::NoTaint => "no-taint",
-            Fault::RingLinearCopy => "ring-linear-copy",
-            Fault::DropGrowRecord => "drop-grow-record",
-            Fault::RingAppendFirst => "ring-append-first",
-            Fault::StaleSlot => "stale-slot",
-            Fault::ShareOffByOne => "share-off-by-one",
-            Fault::KvLeak => "kv-leak",
-            Fault::TruncateRecurrent => "truncate-recurrent",
-            Fault::RecordOnFailure => "record-on-failure",
-            Fault::VariableChunks => "variable-chunks",
-            Fault::NoCanonicalBound => "no-canonical-bound",
-            Fault::NoGridQuantize => "no-grid-quantize",
-            Fault::DrafterNotResumed => "drafter-not-resumed",
-        }
+        self.into()
     }
 
     pub fn describe(self) -> &'static str {
@@ -114,12 +80,6 @@ impl Fault {
     }
 }
 
-impl fmt::Display for Fault {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 /// A name that is not in the catalog.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown fault `{0}`")]
@@ -128,7 +88,7 @@ pub struct UnknownFault(pub String);
 impl FromStr for Fault {
     type Err = UnknownFault;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Fault::ALL.into_iter().find(|f| f.name() == s).ok_or_else(|| UnknownFault(s.to_string()))
+        Fault::iter().find(|f| f.name() == s).ok_or_else(|| UnknownFault(s.to_string()))
     }
 }
 
@@ -138,9 +98,14 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for f in Fault::ALL {
+        for f in Fault::iter() {
             assert_eq!(f.name().parse::<Fault>(), Ok(f));
         }
+        assert_eq!(
+            (Fault::CounterReuse.name(), Fault::ShareOffByOne.to_string()),
+            ("counter-reuse", "share-off-by-one".into())
+        );
+        assert_eq!(Fault::iter().count(), 18);
         assert!("nope".parse::<Fault>().is_err());
     }
 }

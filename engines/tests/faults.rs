@@ -17,6 +17,7 @@ use kvproof_engines::engine::{NoObserver, Request};
 use kvproof_engines::fault::Fault;
 use kvproof_engines::tokenizer::AUDIO;
 use kvproof_engines::EngineError;
+use strum::IntoEnumIterator;
 
 /// Builds a request from the replies of the turns before it.
 type Build = Box<dyn Fn(&[Vec<u32>]) -> Request>;
@@ -396,7 +397,7 @@ fn every_fault_of_every_arch_is_caught() {
 #[test]
 fn a_fault_an_arch_does_not_have_is_refused() {
     for arch in bundled::arches() {
-        for fault in Fault::ALL.into_iter().filter(|f| !arch.faults.contains(f)) {
+        for fault in Fault::iter().filter(|f| !arch.faults.contains(f)) {
             assert!(bundled::check_fault(arch.name, Some(fault)).is_err(), "{} {fault}", arch.name);
             assert!(catching(arch.name, fault).is_none(), "{} {fault}: a scenario for a fault it lacks", arch.name);
         }

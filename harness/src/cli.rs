@@ -237,7 +237,7 @@ fn parse_fault(s: &str) -> Result<FaultArg, String> {
         return Ok(FaultArg(None));
     }
     s.parse::<Fault>().map(|f| FaultArg(Some(f))).map_err(|e| {
-        let known: Vec<&str> = Fault::ALL.iter().map(|f| f.name()).collect();
+        let known: Vec<&str> = Fault::iter().map(Fault::name).collect();
         format!("{e} (known: none, {})", known.join(", "))
     })
 }

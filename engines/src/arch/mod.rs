@@ -9,6 +9,7 @@ pub mod llama;
 
 mod checkpoint_layout;
 mod gqa_dims;
+mod gqa_proj;
 pub(crate) mod model_hash;
 mod moe_sublayer;
 mod output_head;

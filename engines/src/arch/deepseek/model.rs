@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::arch::checkpoint_layout::Stack;
 use crate::arch::qk_norm_attn::QkNormProj;
-use crate::config::{preset_window, ArchConfig, BaseConfig, HashLayout, Preset};
+use crate::config::{check_positive, preset_window, ArchConfig, BaseConfig, Preset};
 use crate::error::Result;
 use crate::fixture::Init;
 use crate::kernels::Rope;
@@ -36,17 +36,13 @@ impl ArchConfig for Config {
 
     fn validate(&self) -> std::result::Result<(), String> {
         self.base.validate()?;
-        if self.window == 0 {
-            return Err("deepseek needs a sliding `window` > 0".into());
-        }
-        if self.compress_ratio == 0 {
-            return Err("deepseek needs `compress_ratio` > 0".into());
-        }
-        Ok(())
-    }
-
-    fn hash_layout(&self) -> HashLayout {
-        HashLayout { window: self.window, compress_ratio: self.compress_ratio, ..HashLayout::of(&self.base) }
+        check_positive(
+            "deepseek",
+            &[
+                ("window", self.window, "the sliding window"),
+                ("compress_ratio", self.compress_ratio, "the compression"),
+            ],
+        )
     }
 }
 

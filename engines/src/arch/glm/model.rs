@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::arch::checkpoint_layout::Stack;
-use crate::config::{ArchConfig, BaseConfig, HashLayout, Preset};
+use crate::config::{check_positive, ArchConfig, BaseConfig, Preset};
 use crate::error::Result;
 use crate::kernels::Rope;
 use crate::tensors::Source;
@@ -42,22 +42,11 @@ impl ArchConfig for Config {
 
     fn validate(&self) -> std::result::Result<(), String> {
         self.base.validate()?;
-        if self.kv_lora == 0 {
-            return Err("field `kv_lora` must be positive for glm (the cached latent)".into());
-        }
+        check_positive("glm", &[("kv_lora", self.kv_lora, "the cached latent")])?;
         if self.qk_rope == 0 || self.qk_rope % 2 == 1 {
             return Err(format!("field `qk_rope` ({}) must be positive and even for glm", self.qk_rope));
         }
         Ok(())
-    }
-
-    fn hash_layout(&self) -> HashLayout {
-        HashLayout {
-            kv_lora: self.kv_lora,
-            qk_rope: self.qk_rope,
-            kv_share: self.kv_share,
-            ..HashLayout::of(&self.base)
-        }
     }
 }
 

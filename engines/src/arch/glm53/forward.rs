@@ -9,8 +9,9 @@
 
 use rayon::prelude::*;
 
-use super::model::{Attn, Model};
+use super::model::Model;
 use crate::arch::gqa_dims::Dims;
+use crate::arch::gqa_proj::GqaProj;
 use crate::arch::moe_sublayer::add_moe_sublayer;
 use crate::cache::{FullCache, RowMeta};
 use crate::dump::Writer;
@@ -67,18 +68,14 @@ pub const DECODE_REDUCTION: Reduction = Reduction::Invariant;
 impl Model {
     /// x += wo · attention(rms_norm(x, norm)); writes the batch's k/v rows into `kv` after every query has read
     /// them.
-    fn attention(&self, norm: &[f32], a: &Attn, kv: &mut LayerKv, x: &mut [f32], b: &Batch, red: Reduction) {
+    fn attention(&self, norm: &[f32], a: &GqaProj, kv: &mut LayerKv, x: &mut [f32], b: &Batch, red: Reduction) {
         let c = &self.config;
-        let Dims { h, hd, qd, kvd, group, scale } = Dims::of(c);
+        let d = Dims::of(c);
+        let Dims { h, hd, qd, kvd, group, scale } = d;
         let (s, pos0) = (b.ids.len(), b.pos0);
         let mut xn = x.to_vec();
         rms_norm(&mut xn, norm, c.norm_eps);
-        let mut q = vec![0.0; s * qd];
-        let mut k = vec![0.0; s * kvd];
-        let mut v = vec![0.0; s * kvd];
-        matmul_with(red, &xn, s, &a.wq, qd, h, &mut q);
-        matmul_with(red, &xn, s, &a.wk, kvd, h, &mut k);
-        matmul_with(red, &xn, s, &a.wv, kvd, h, &mut v);
+        let (mut q, mut k, v) = a.project(red, &xn, s, d);
         for i in 0..s {
             self.rope.apply(&mut q[i * qd..(i + 1) * qd], pos0 + i);
             self.rope.apply(&mut k[i * kvd..(i + 1) * kvd], pos0 + i);

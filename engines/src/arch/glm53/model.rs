@@ -4,7 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::arch::checkpoint_layout::{expert, Stack};
-use crate::config::{ArchConfig, BaseConfig, HashLayout, Preset};
+use crate::arch::gqa_proj::GqaProj;
+use crate::config::{ArchConfig, BaseConfig, Preset};
 use crate::error::Result;
 use crate::kernels::Rope;
 use crate::moe::Expert;
@@ -39,32 +40,13 @@ impl ArchConfig for Config {
         let base = BaseConfig { slots: 1, prefill_chunk: prompt_rows, ..BaseConfig::preset("glm53", p) };
         Config { base, prompt_rows, draft_layers: 1, prefix_cache: true }
     }
-
-    fn hash_layout(&self) -> HashLayout {
-        HashLayout {
-            prompt_rows: self.prompt_rows,
-            draft_layers: self.draft_layers,
-            prefix_cache: self.prefix_cache,
-            ..HashLayout::of(&self.base)
-        }
-    }
 }
 
-/// The attention of a layer (the main layers' and the drafter's): q `[qd, hidden]`, k and v `[kvd, hidden]`,
-/// o `[hidden, qd]` (`qd = heads · head_dim`, `kvd = kv_heads · head_dim`).
-#[derive(Debug, Clone)]
-pub struct Attn {
-    pub wq: Vec<f32>,
-    pub wk: Vec<f32>,
-    pub wv: Vec<f32>,
-    pub wo: Vec<f32>,
-}
-
-/// One drafter layer: attention and a dense SiLU-gated FFN, each pre-normed (`[hidden]` norms).
+/// One drafter layer: GQA attention and a dense SiLU-gated FFN, each pre-normed (`[hidden]` norms).
 #[derive(Debug, Clone)]
 pub struct DraftLayer {
     pub attn_norm: Vec<f32>,
-    pub attn: Attn,
+    pub attn: GqaProj,
     pub ffn_norm: Vec<f32>,
     /// Gate and up `[ffn, hidden]`, down `[hidden, ffn]`.
     pub ffn: Expert,
@@ -74,7 +56,7 @@ pub struct DraftLayer {
 #[derive(Debug, Clone)]
 pub struct Model {
     pub config: Config,
-    pub stack: Stack<Attn>,
+    pub stack: Stack<GqaProj>,
     /// The MTP drafter's layers and final norm (`[hidden]`); it shares the embedding and the lm head.
     pub draft: Vec<DraftLayer>,
     pub draft_norm: Vec<f32>,
@@ -85,27 +67,16 @@ pub struct Model {
     pub hash: String,
 }
 
-/// A layer's attention under `t`.
-fn attention(t: &mut dyn Source, c: &Config) -> Result<Attn> {
-    let (h, qd, kvd) = (c.hidden, c.heads * c.head_dim, c.kv_heads * c.head_dim);
-    Ok(Attn {
-        wq: t.linear("self_attn.q_proj.weight", qd, h)?,
-        wk: t.linear("self_attn.k_proj.weight", kvd, h)?,
-        wv: t.linear("self_attn.v_proj.weight", kvd, h)?,
-        wo: t.linear("self_attn.o_proj.weight", h, qd)?,
-    })
-}
-
 impl Model {
     /// The model from `src`, every tensor named once, in checkpoint order (the drafter's `mtp.` tensors last).
     pub fn build(c: Config, src: &mut dyn Source, hash: String) -> Result<Model> {
         let h = c.hidden;
-        let stack = Stack::build(src, &c, |t, _| attention(t, &c))?;
+        let stack = Stack::build(src, &c, |t, _| GqaProj::load(t, &c))?;
         let mut draft = Vec::with_capacity(c.draft_layers);
         for i in 0..c.draft_layers {
             let t = &mut within(src, format!("mtp.layers.{i}."));
             let attn_norm = t.norm("input_layernorm.weight", h)?;
-            let attn = attention(t, &c)?;
+            let attn = GqaProj::load(t, &c)?;
             let ffn_norm = t.norm("post_attention_layernorm.weight", h)?;
             draft.push(DraftLayer { attn_norm, attn, ffn_norm, ffn: expert(&mut within(t, "mlp."), &c)? });
         }

@@ -106,7 +106,7 @@ impl Model {
                 });
             }
             let mut o = vec![0.0; s * h];
-            matmul(&att, s, &layer.attn.proj.wo, h, qd, &mut o);
+            matmul(&att, s, &layer.attn.proj.gqa.wo, h, qd, &mut o);
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
 
             if !append_first {

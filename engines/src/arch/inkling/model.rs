@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::arch::checkpoint_layout::Stack;
 use crate::arch::qk_norm_attn::QkNormProj;
-use crate::config::{preset_window, ArchConfig, BaseConfig, HashLayout, Preset};
+use crate::config::{preset_window, ArchConfig, BaseConfig, Preset};
 use crate::error::Result;
 use crate::fixture::Init;
 use crate::kernels::Rope;
@@ -53,17 +53,6 @@ impl ArchConfig for Config {
             global_every: if p == Preset::Tiny { 8 } else { 6 },
             conv_kernel: 3,
             audio_frame_bytes: if p == Preset::Tiny { 8 } else { 16 },
-        }
-    }
-
-    fn hash_layout(&self) -> HashLayout {
-        HashLayout {
-            window: self.window,
-            ring_kv: self.ring_kv,
-            global_every: self.global_every,
-            conv_kernel: self.conv_kernel,
-            audio_frame_bytes: self.audio_frame_bytes,
-            ..HashLayout::of(&self.base)
         }
     }
 }

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::arch::checkpoint_layout::Stack;
-use crate::config::{ArchConfig, BaseConfig, HashLayout, Preset};
+use crate::config::{check_positive, ArchConfig, BaseConfig, Preset};
 use crate::error::Result;
 use crate::fixture::Init;
 use crate::tensors::{within, Source};
@@ -36,22 +36,13 @@ impl ArchConfig for Config {
 
     fn validate(&self) -> std::result::Result<(), String> {
         self.base.validate()?;
-        if self.kv_lora == 0 {
-            return Err("kimi needs a latent width `kv_lora` > 0".into());
-        }
-        if self.conv_kernel == 0 {
-            return Err("kimi's KDA layers need a short convolution: `conv_kernel` > 0".into());
-        }
-        Ok(())
-    }
-
-    fn hash_layout(&self) -> HashLayout {
-        HashLayout {
-            conv_kernel: self.conv_kernel,
-            kv_lora: self.kv_lora,
-            mla_every: self.mla_every,
-            ..HashLayout::of(&self.base)
-        }
+        check_positive(
+            "kimi",
+            &[
+                ("kv_lora", self.kv_lora, "the cached latent"),
+                ("conv_kernel", self.conv_kernel, "KDA's short convolution"),
+            ],
+        )
     }
 }
 

@@ -43,10 +43,6 @@ impl ArchConfig for Config {
         }
         Ok(())
     }
-
-    fn hash_layout(&self) -> HashLayout {
-        HashLayout::of(&self.base)
-    }
 }
 
 impl Config {
@@ -256,7 +252,7 @@ impl Model {
 fn gguf_hash(c: &Config, g: &Gguf) -> String {
     use sha2::{Digest, Sha256};
     let mut hasher = Sha256::new();
-    hasher.update(serde_json::to_vec(&c.hash_layout()).unwrap_or_default());
+    hasher.update(HashLayout::of(c).and_then(|layout| serde_json::to_vec(&layout)).unwrap_or_default());
     let raw = g.raw();
     hasher.update(&raw[..g.data_start().min(raw.len())]);
     hasher.update((raw.len() as u64).to_le_bytes());
