@@ -201,8 +201,9 @@ pub fn read_bandwidth(bytes: usize) -> f64 {
     const WORDS: usize = 8;
     // nonzero, so every page is a real page and not the shared zero page
     let buf: Vec<u64> = (0..bytes / 8).into_par_iter().map(|i| i as u64 | 1).collect();
-    let threads = rayon::current_num_threads();
-    let per = buf.len().div_ceil(threads).next_multiple_of(WORDS).max(WORDS);
+    // 8 MiB parts, work-stolen: one thread the OS holds back a moment does not stall the whole pass (as one part
+    // per thread would), the same way the matvecs it bounds split their work
+    let per = (8 << 20) / 8;
     (0..PASSES)
         .map(|_| {
             let t = Instant::now();
