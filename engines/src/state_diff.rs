@@ -657,8 +657,8 @@ mod tests {
         compare(a, b).expect("comparable")
     }
 
-    /// A state of `rows` rows of `width` floats holding `positions`, values from the position.
-    fn wide(positions: &[i64], width: usize) -> StateDump {
+    /// A state of length `len` whose rows of `width` floats hold `positions`, values from the position.
+    fn wide(len: usize, positions: &[i64], width: usize) -> StateDump {
         let data = positions.iter().flat_map(|&p| (0..width).map(move |k| (p * 31 + k as i64) as f32)).collect();
         let t = DumpTensor {
             layer: 0,
@@ -669,7 +669,6 @@ mod tests {
             positions: positions.to_vec(),
             writers: positions.iter().map(|&p| (p >= 0).then_some(writer(1)).flatten()).collect(),
         };
-        let len = positions.iter().copied().max().map_or(0, |p| p as usize + 1);
         dump(len, &vec![0; len], vec![t])
     }
 
@@ -685,12 +684,12 @@ mod tests {
             let width = 3;
             let mut positions: Vec<i64> = (0..rows as i64).collect();
             positions.rotate_left(rotate % rows);
-            let a = wide(&positions, width);
+            let a = wide(rows, &positions, width);
             let mut b_positions = positions.clone();
             for h in &holes {
                 b_positions[h % rows] = -1;
             }
-            let mut b = wide(&b_positions, width);
+            let mut b = wide(rows, &b_positions, width);
             for &(r, k) in &changed {
                 b.tensors[0].data[(r % rows) * width + k] += 0.5;
             }
