@@ -1,5 +1,9 @@
-//! Benchmarks that print numbers: kernel GFLOP/s against the machine's f32 peak, prefill and decode tokens/s per
-//! preset, and the second-turn speedup that reuse buys on a long conversation.
+//! Benchmarks that print numbers: this machine's measured limits (f32 FMA peak, DRAM read bandwidth), kernel
+//! GFLOP/s and GB/s as fractions of the limit that bounds each, prefill and decode tokens/s per preset with the
+//! same fractions (from the work the kernels counted), and the second-turn speedup that reuse buys on a long
+//! conversation.
+
+mod limits;
 
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -9,6 +13,9 @@ use crate::chat::{render, Message, Role};
 use crate::config::Preset;
 use crate::engine::{Engine, NoObserver, Request};
 use crate::error::Result;
+use crate::kernels::{matmul, work, Work};
+
+pub use limits::Limits;
 
 /// Lengths used per preset: (prefill prompt, decode tokens, conversation turn-1 prompt).
 fn sizes(preset: Preset) -> (usize, usize, usize) {
@@ -27,61 +34,130 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64().max(1e-9)
 }
 
-/// Estimated f32 peak of this machine: cores x clock x SIMD lanes x 2 (FMA) x 2 (FMA ports).
-fn peak_gflops() -> Option<(f64, String)> {
-    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
-    let mhz: f64 = info.lines().find(|l| l.starts_with("cpu MHz"))?.split(':').nth(1)?.trim().parse().ok()?;
-    let flags = info.lines().find(|l| l.starts_with("flags"))?;
-    let has = |f: &str| flags.split_whitespace().any(|x| x == f);
-    let lanes = if has("avx512f") {
-        16.0
-    } else if has("avx2") {
-        8.0
-    } else {
-        4.0
-    };
-    let fma = if has("fma") { 2.0 } else { 1.0 };
-    let cores = rayon::current_num_threads() as f64;
-    let peak = cores * mhz / 1000.0 * lanes * fma * 2.0;
-    Some((peak, format!("{cores} cores x {:.2} GHz x {lanes} lanes x {fma} (fma) x 2 ports", mhz / 1000.0)))
+/// The two limits, one line.
+pub fn describe(l: &Limits) -> String {
+    let llc = l.llc_bytes.map_or("unknown".into(), |b| format!("{} MiB", b >> 20));
+    format!(
+        "limits: f32 peak {:.1} GFLOP/s ({}), DRAM read {:.1} GB/s ({}; last-level cache {llc})\n",
+        l.peak_gflops, l.peak_how, l.bandwidth_gbs, l.bandwidth_how
+    )
 }
 
-/// GFLOP/s of the batch-invariant matmul at a prefill-like and a decode-like shape.
-pub fn kernels() -> String {
-    let mut out = String::new();
+/// `part` as a percentage of `whole`.
+fn pct(part: f64, whole: f64) -> f64 {
+    100.0 * part / whole.max(1e-12)
+}
+
+/// Seconds per call of `matmul` over `rows` rows of `x` against `w` (`out x inp`), best of `reps` calls.
+fn time_matmul(x: &[f32], rows: usize, w: &[f32], out: usize, inp: usize, reps: usize) -> f64 {
+    let mut y = vec![0.0; rows * out];
+    matmul(x, rows, w, out, inp, &mut y);
+    (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            matmul(x, rows, w, out, inp, &mut y);
+            secs(t.elapsed())
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+fn filled(n: usize, m: usize) -> Vec<f32> {
+    (0..n).map(|i| ((i % m) as f32 - (m / 2) as f32) / m as f32).collect()
+}
+
+/// The batch-invariant matmul at a prefill shape (against the compute peak) and at decode shapes (against the
+/// bandwidth): one whose weights fit in cache, and one whose weights are several times the last-level cache.
+/// The limits are measured before and after the kernels, and the best of the two counts.
+pub fn kernels(before: Limits) -> (String, Limits) {
     let (inp, outp) = (1024, 1024);
-    let w: Vec<f32> = (0..inp * outp).map(|i| ((i % 97) as f32 - 48.0) / 97.0).collect();
-    for rows in [256usize, 1] {
-        let x: Vec<f32> = (0..rows * inp).map(|i| ((i % 89) as f32 - 44.0) / 89.0).collect();
-        let mut y = vec![0.0; rows * outp];
-        let reps = if rows == 1 { 200 } else { 8 };
-        crate::kernels::matmul(&x, rows, &w, outp, inp, &mut y);
-        let t = Instant::now();
-        for _ in 0..reps {
-            crate::kernels::matmul(&x, rows, &w, outp, inp, &mut y);
-        }
-        let gflops = 2.0 * (rows * inp * outp * reps) as f64 / secs(t.elapsed()) / 1e9;
-        let _ = write!(out, "matmul {rows:>4} x {inp} x {outp}: {gflops:7.2} GFLOP/s");
-        if let Some((peak, how)) = peak_gflops() {
-            let _ = write!(out, "  ({:.1}% of an estimated {peak:.0} GFLOP/s peak: {how})", 100.0 * gflops / peak);
-        }
-        out.push('\n');
-    }
-    out
+    let w = filled(inp * outp, 97);
+    let rows = 256;
+    let gflops = 2.0 * (rows * inp * outp) as f64 / time_matmul(&filled(rows * inp, 89), rows, &w, outp, inp, 8) / 1e9;
+    let small_gbs = (4 * inp * outp) as f64 / time_matmul(&filled(inp, 89), 1, &w, outp, inp, 200) / 1e9;
+    drop(w);
+    // weights as large as the bandwidth buffer: they stream from DRAM on every call
+    let big_in = 4096;
+    let big_out = limits::stream_bytes(before.llc_bytes, None) / (4 * big_in);
+    let w = filled(big_out * big_in, 97);
+    let big_gbs = (4 * big_in * big_out) as f64 / time_matmul(&filled(big_in, 89), 1, &w, big_out, big_in, 3) / 1e9;
+    drop(w);
+    let l = before.best(Limits::measure());
+
+    let mut out = describe(&l);
+    let _ = writeln!(
+        out,
+        "matmul {rows:>4} x {inp} x {outp}: {gflops:7.1} GFLOP/s = {:5.1}% of peak",
+        pct(gflops, l.peak_gflops)
+    );
+    let _ = writeln!(
+        out,
+        "matvec    1 x {inp} x {outp}: {small_gbs:7.1} GB/s    = {:5.1}% of DRAM read (its 4 MiB of weights stay in \
+         cache: not a DRAM figure)",
+        pct(small_gbs, l.bandwidth_gbs)
+    );
+    let _ = writeln!(
+        out,
+        "matvec    1 x {big_in} x {big_out}: {big_gbs:7.1} GB/s    = {:5.1}% of DRAM read ({} MiB of weights)",
+        pct(big_gbs, l.bandwidth_gbs),
+        (4 * big_in * big_out) >> 20
+    );
+    (out, l)
 }
 
-/// Prefill and decode tokens/s of one engine.
-fn throughput(engine: &mut dyn Engine, preset: Preset) -> Result<(f64, f64)> {
+/// The work and time of one phase (prefill or decode) of a whole model.
+#[derive(Debug, Clone, Copy)]
+pub struct Phase {
+    pub work: Work,
+    pub seconds: f64,
+    pub tokens: usize,
+}
+
+/// Whole-model prefill against the compute peak (the kernels' counted FLOPs per token x tokens/s) and decode
+/// against the bandwidth (the weight bytes read per token x tokens/s), one line; says when a decode step's weights
+/// fit in the last-level cache (then the bandwidth they meet is the cache's, above DRAM's).
+pub fn model_fractions(l: &Limits, prefill: Phase, decode: Phase) -> String {
+    let gflops = prefill.work.flops as f64 / prefill.seconds.max(1e-9) / 1e9;
+    let gbs = decode.work.weight_bytes as f64 / decode.seconds.max(1e-9) / 1e9;
+    let per_token = decode.work.weight_bytes / decode.tokens.max(1) as u64;
+    let cache = match l.llc_bytes {
+        Some(llc) if per_token <= llc => ", which fit in the last-level cache",
+        _ => "",
+    };
+    format!(
+        "prefill {:.2} GFLOP/token, {gflops:.1} GFLOP/s = {:.1}% of peak; decode {:.1} MiB of weights/token{cache}, \
+         {gbs:.1} GB/s = {:.1}% of DRAM read",
+        prefill.work.flops as f64 / prefill.tokens.max(1) as f64 / 1e9,
+        pct(gflops, l.peak_gflops),
+        per_token as f64 / (1 << 20) as f64,
+        pct(gbs, l.bandwidth_gbs)
+    )
+}
+
+/// The prefill and the decode phase of one engine at `preset`.
+fn throughput(engine: &mut dyn Engine, preset: Preset) -> Result<(Phase, Phase)> {
     let (prefill_n, decode_n, _) = sizes(preset);
     let prompt = ids(prefill_n, 1);
+    let w0 = work();
     let r = engine.generate(&Request { id: 1, prompt, max_tokens: 1, ..Default::default() }, &mut NoObserver)?;
-    let prefill = prefill_n as f64 / secs(r.timings.prefill);
-    let r = engine.generate(
-        &Request { id: 2, prompt: ids(16, 2), max_tokens: decode_n, ignore_eos: true, ..Default::default() },
-        &mut NoObserver,
-    )?;
-    // the first token comes from prefill; the rest are decode steps
-    let decode = (r.tokens.len().saturating_sub(1)) as f64 / secs(r.timings.decode);
+    // the request's one token comes from prefill (its logits), so the whole request's work is prefill's
+    let prefill = Phase { work: work().since(w0), seconds: secs(r.timings.prefill), tokens: prefill_n };
+    // on fresh engines (nothing to reuse): the decode request's work less that of the same prompt's 1-token
+    // request is its decode steps' work
+    let short = Request { id: 2, prompt: ids(16, 2), max_tokens: 1, ..Default::default() };
+    let w1 = work();
+    engine.fresh().generate(&short, &mut NoObserver)?;
+    let first = work().since(w1);
+    let w2 = work();
+    let r = engine.fresh().generate(&Request { max_tokens: decode_n, ignore_eos: true, ..short }, &mut NoObserver)?;
+    let total = work().since(w2);
+    let decode = Phase {
+        work: Work {
+            flops: total.flops.saturating_sub(first.flops),
+            weight_bytes: total.weight_bytes.saturating_sub(first.weight_bytes),
+        },
+        seconds: secs(r.timings.decode),
+        tokens: r.tokens.len().saturating_sub(1),
+    };
     Ok((prefill, decode))
 }
 
@@ -116,13 +192,14 @@ fn second_turn(engine: &mut dyn Engine, preset: Preset) -> Result<String> {
 
 /// The whole benchmark report for `arch` at each preset.
 pub fn run(arch: &str, presets: &[Preset], seed: u64) -> Result<String> {
-    let mut out = kernels();
+    let (mut out, limits) = kernels(Limits::measure());
     for &preset in presets {
         let t = Instant::now();
         let mut engine = bundled::open_preset(arch, preset, seed, None)?;
         let load = t.elapsed();
         let (prefill_n, decode_n, _) = sizes(preset);
-        let (prefill, decode) = throughput(engine.as_mut(), preset)?;
+        let (p, d) = throughput(engine.as_mut(), preset)?;
+        let (prefill, decode) = (p.tokens as f64 / p.seconds, d.tokens as f64 / d.seconds);
         let _ = writeln!(
             out,
             "{arch} {preset}: prefill {prefill:.0} tok/s ({prefill_n} tokens), decode {decode:.1} tok/s ({decode_n} \
@@ -130,6 +207,7 @@ pub fn run(arch: &str, presets: &[Preset], seed: u64) -> Result<String> {
             secs(load),
             engine.state_bytes() as f64 / (1 << 20) as f64
         );
+        let _ = writeln!(out, "  {}", model_fractions(&limits, p, d));
         let mut engine = engine.fresh();
         out.push_str(&second_turn(engine.as_mut(), preset)?);
     }

@@ -183,13 +183,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// Prefill and decode tokens/s of the GGUF model at `path` for prompts of 128, 512 and 2048 ids.
+/// Prefill and decode tokens/s of the GGUF model at `path` for prompts of 128, 512 and 2048 ids, each as a
+/// fraction of this machine's measured limits (prefill of the f32 FMA peak, decode of the DRAM read bandwidth).
 fn bench_gguf(path: &std::path::Path) -> anyhow::Result<()> {
+    use kvproof_engines::bench::{describe, model_fractions, Limits, Phase};
     let model = kvproof_engines::arch::llama::load(path).with_context(|| format!("opening {}", path.display()))?;
+    let before = Limits::measure();
+    let rows = kvproof_engines::arch::llama::bench(&model, &[128, 512, 2048], 32);
+    // the best of the limits measured before and after (a shared machine only ever makes them come out low)
+    let limits = before.best(Limits::measure());
+    print!("{}", describe(&limits));
     println!("# {} ({} threads)", path.display(), rayon::current_num_threads());
     println!("{:>7} {:>12} {:>7} {:>12}", "prompt", "prefill t/s", "decode", "decode t/s");
-    for r in kvproof_engines::arch::llama::bench(&model, &[128, 512, 2048], 32) {
+    for r in rows {
         println!("{:>7} {:>12.1} {:>7} {:>12.1}", r.prompt, r.prefill_tok_s, r.decode, r.decode_tok_s);
+        let prefill = Phase { work: r.prefill_work, seconds: r.prompt as f64 / r.prefill_tok_s, tokens: r.prompt };
+        let decode = Phase { work: r.decode_work, seconds: r.decode as f64 / r.decode_tok_s, tokens: r.decode };
+        println!("        {}", model_fractions(&limits, prefill, decode));
     }
     Ok(())
 }

@@ -1,7 +1,11 @@
 //! Scaled dot-product attention for one query head over keys given in ascending position order.
 
-use super::matmul::{dot4, Lanes, LANES};
+use super::matmul::dot4;
 use super::{dot, softmax_in_place};
+
+/// Output elements per accumulator of the weighted sums (a YMM register).
+const LANES: usize = 8;
+type Lanes = [f32; LANES];
 
 /// `out = softmax(q·kᵢ · scale) · vᵢ` over the (key, value) rows yielded, in the order yielded.
 ///
@@ -29,6 +33,8 @@ pub fn attend<'a>(
     }
     scores.extend(group[..n].iter().map(|k| dot(q, k) * scale));
     softmax_in_place(scores);
+    // q·k and p·v: two multiply-adds per key and head element
+    super::work::count(4 * scores.len() * q.len(), 0);
 
     let (chunks, tail) = out.as_chunks_mut::<LANES>();
     let mut c = 0;

@@ -4,37 +4,42 @@ use rayon::prelude::*;
 
 use super::Reduction;
 
-pub(super) const LANES: usize = 8;
+pub(super) const LANES: usize = 16;
 
-/// One lane group: the 8 partial sums `dot` keeps, one per lane.
+/// One lane group: the 16 partial sums `dot` keeps, one per lane.
 pub(super) type Lanes = [f32; LANES];
 
-/// `acc[l] += a[l] * b[l]` for every lane: a separate multiply and add (Rust never fuses them).
+/// `acc[l] = a[l] · b[l] + acc[l]` for every lane, fused (one rounding): the same bits whether it runs as one
+/// AVX-512 `vfmadd`, two AVX2 ones, or `f32::mul_add` in software.
 #[inline(always)]
 fn mul_acc(acc: &mut Lanes, a: &Lanes, b: &Lanes) {
     for l in 0..LANES {
-        acc[l] += a[l] * b[l];
+        acc[l] = a[l].mul_add(b[l], acc[l]);
     }
 }
 
-/// The fixed horizontal sum of the lanes, then the tail elements in order.
+/// The fixed horizontal sum of the lanes (lane `l` plus lane `l + 8`, then a fixed pairwise sum of those 8), then
+/// the tail elements in order, each fused into the sum.
 #[inline(always)]
 fn finish(acc: &Lanes, a_tail: &[f32], b_tail: &[f32]) -> f32 {
-    let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    let h: [f32; 8] = std::array::from_fn(|l| acc[l] + acc[l + 8]);
+    let mut s = ((h[0] + h[4]) + (h[1] + h[5])) + ((h[2] + h[6]) + (h[3] + h[7]));
     for (x, y) in a_tail.iter().zip(b_tail) {
-        s += x * y;
+        s = x.mul_add(*y, s);
     }
     s
 }
 
-/// The fixed-order dot product every kernel uses: 8 lane accumulators, then a fixed pairwise sum, then the tail.
+/// The fixed-order dot product every kernel uses: 16 fused lane accumulators, then a fixed horizontal sum, then
+/// the tail.
 #[inline]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     debug_assert_eq!(a.len(), b.len());
     let (ca, ta) = a.as_chunks::<LANES>();
     let (cb, tb) = b.as_chunks::<LANES>();
     let n = ca.len().min(cb.len());
-    finish(&acc_1x1(&ca[..n], &cb[..n]), ta, tb)
+    let [[acc]] = acc_tile([&ca[..n]], [&cb[..n]]);
+    finish(&acc, ta, tb)
 }
 
 /// `dot(a, b[j])` for four rows `b[j]` as long as `a` at once: the same bits, four independent chains.
@@ -42,65 +47,42 @@ pub(super) fn dot4(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
     debug_assert!(b.iter().all(|r| r.len() == a.len()));
     let (ca, ta) = a.as_chunks::<LANES>();
     let bs = b.map(|r| r.as_chunks::<LANES>());
-    let acc = acc_1x4(ca, bs.map(|v| v.0));
+    let [acc] = acc_tile([ca], bs.map(|v| v.0));
     std::array::from_fn(|j| finish(&acc[j], ta, bs[j].1))
 }
 
-// The micro-kernels below run `dot`'s lane loop for several (x row, w row) pairs at once, so every loaded chunk
-// feeds several accumulators; each pair still gets its own 8 lanes, updated in ascending chunk order, and is
-// finished by the same `finish` — bitwise the same as `dot`. They are `inline(never)` on purpose: compiled on
-// their own, each accumulator becomes one YMM register (checked in the disassembly: a 4x2 step is 6 loads,
-// 8 vmulps, 8 vaddps, no spills); inlined into the tile loop, LLVM's SLP vectorizer has been seen to group the
-// lanes the wrong way (across accumulators) and the kernel runs several times slower.
+/// `dot`'s lane accumulators for every (x row, w row) pair of an `R x C` tile (rows in lane chunks, the w rows
+/// at least as long as the x rows): each loaded chunk feeds several accumulators, and each pair still gets its
+/// own 16 lanes updated in ascending chunk order — bitwise `dot`'s. AVX-512 where the CPU has it, else the
+/// portable loop (the same operations on the same lanes).
+#[inline]
+fn acc_tile<const R: usize, const C: usize>(x: [&[Lanes]; R], w: [&[Lanes]; C]) -> [[Lanes; C]; R] {
+    let n = x.first().map_or(0, |r| r.len());
+    assert!(x.iter().all(|r| r.len() == n) && w.iter().all(|r| r.len() >= n), "acc_tile: rows shorter than x");
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the CPU has AVX-512F; every row holds at least `n` chunks (asserted above)
+        #[allow(unsafe_code)]
+        return unsafe { super::matmul_avx512::acc_tile(x, w, n) };
+    }
+    acc_tile_portable(x, w)
+}
 
-/// `dot`'s lane accumulators for one pair of rows (in lane chunks of equal length).
+/// The portable `acc_tile`. `inline(never)` on purpose: inlined into the tile loop, LLVM's SLP vectorizer has
+/// been seen to group the lanes the wrong way (across accumulators) and run several times slower.
 #[inline(never)]
-fn acc_1x1(a: &[Lanes], b: &[Lanes]) -> Lanes {
-    let b = &b[..a.len()];
-    let mut acc = [0.0f32; LANES];
-    for (x, y) in a.iter().zip(b) {
-        mul_acc(&mut acc, x, y);
+pub(super) fn acc_tile_portable<const R: usize, const C: usize>(x: [&[Lanes]; R], w: [&[Lanes]; C]) -> [[Lanes; C]; R] {
+    let n = x.first().map_or(0, |r| r.len());
+    let w = w.map(|r| &r[..n]);
+    let mut acc = [[[0.0f32; LANES]; C]; R];
+    for k in 0..n {
+        for (a, xr) in acc.iter_mut().zip(&x) {
+            for (ac, wr) in a.iter_mut().zip(&w) {
+                mul_acc(ac, &xr[k], &wr[k]);
+            }
+        }
     }
     acc
-}
-
-/// Four x rows against two w rows (in lane chunks of equal length): the 8 pairs' lane accumulators.
-#[inline(never)]
-fn acc_4x2(x: [&[Lanes]; 4], w: [&[Lanes]; 2]) -> [[Lanes; 2]; 4] {
-    let n = x[0].len();
-    let (x0, x1, x2, x3) = (&x[0][..n], &x[1][..n], &x[2][..n], &x[3][..n]);
-    let (w0, w1) = (&w[0][..n], &w[1][..n]);
-    let z = [0.0f32; LANES];
-    let (mut a00, mut a01, mut a10, mut a11, mut a20, mut a21, mut a30, mut a31) = (z, z, z, z, z, z, z, z);
-    for k in 0..n {
-        let (b0, b1) = (&w0[k], &w1[k]);
-        mul_acc(&mut a00, &x0[k], b0);
-        mul_acc(&mut a01, &x0[k], b1);
-        mul_acc(&mut a10, &x1[k], b0);
-        mul_acc(&mut a11, &x1[k], b1);
-        mul_acc(&mut a20, &x2[k], b0);
-        mul_acc(&mut a21, &x2[k], b1);
-        mul_acc(&mut a30, &x3[k], b0);
-        mul_acc(&mut a31, &x3[k], b1);
-    }
-    [[a00, a01], [a10, a11], [a20, a21], [a30, a31]]
-}
-
-/// One x row against four w rows: the 4 pairs' lane accumulators (decode, and rows left over from `acc_4x2`).
-#[inline(never)]
-fn acc_1x4(x: &[Lanes], w: [&[Lanes]; 4]) -> [Lanes; 4] {
-    let n = x.len();
-    let (w0, w1, w2, w3) = (&w[0][..n], &w[1][..n], &w[2][..n], &w[3][..n]);
-    let z = [0.0f32; LANES];
-    let (mut a0, mut a1, mut a2, mut a3) = (z, z, z, z);
-    for k in 0..n {
-        let a = &x[k];
-        mul_acc(&mut a0, a, &w0[k]);
-        mul_acc(&mut a1, a, &w1[k]);
-        mul_acc(&mut a2, a, &w2[k]);
-        mul_acc(&mut a3, a, &w3[k]);
-    }
-    [a0, a1, a2, a3]
 }
 
 /// Bytes of weight rows one pass of x row blocks walks over, sized to stay in L2.
@@ -108,28 +90,28 @@ const TILE_BYTES: usize = 128 << 10;
 
 /// `y[r * y_stride + c] = dot(x[r, :], w[c, :])` for every row of `x` and of `w`, invariant order.
 ///
-/// Row blocks of 4 go through `acc_4x2` over a cache-sized tile of weight rows (an odd last weight row is paired
-/// with itself, and one of the two equal results kept); up to 3 rows left over go through `acc_1x4` one row at a
-/// time, as a single row (decode) does.
+/// Row blocks of 4 go through a 4 x 4 `acc_tile` over a cache-sized tile of weight rows (past the tile's last
+/// weight row, that row is repeated and the extra equal results dropped); up to 3 rows left over go through a
+/// 1 x 4 `acc_tile` one row at a time, as a single row (decode) does.
 pub(super) fn block_invariant(x: &[f32], w: &[f32], in_dim: usize, y: &mut [f32], y_stride: usize) {
     let rows = x.len() / in_dim;
     let cols = w.len() / in_dim;
     let xrow = |r: usize| x[r * in_dim..(r + 1) * in_dim].as_chunks::<LANES>();
     let wrow = |c: usize| w[c * in_dim..(c + 1) * in_dim].as_chunks::<LANES>();
     let quads = rows / 4 * 4;
-    let tile = (TILE_BYTES / (in_dim * 4)).max(2) & !1;
+    let tile = (TILE_BYTES / (in_dim * 4)).max(4) & !3;
     for t0 in (0..cols).step_by(tile) {
         let t1 = (t0 + tile).min(cols);
         for r in (0..quads).step_by(4) {
             let xs = [xrow(r), xrow(r + 1), xrow(r + 2), xrow(r + 3)];
-            for c in (t0..t1).step_by(2) {
-                let c1 = (c + 1).min(t1 - 1);
-                let ws = [wrow(c), wrow(c1)];
-                let acc = acc_4x2(xs.map(|v| v.0), ws.map(|v| v.0));
+            for c in (t0..t1).step_by(4) {
+                let ws: [_; 4] = std::array::from_fn(|j| wrow((c + j).min(t1 - 1)));
+                let acc = acc_tile(xs.map(|v| v.0), ws.map(|v| v.0));
                 for (i, (a, xi)) in acc.iter().zip(&xs).enumerate() {
                     let yr = &mut y[(r + i) * y_stride..];
-                    yr[c] = finish(&a[0], xi.1, ws[0].1);
-                    yr[c1] = finish(&a[1], xi.1, ws[1].1);
+                    for (j, (aj, wj)) in a.iter().zip(&ws).enumerate().take(t1 - c) {
+                        yr[c + j] = finish(aj, xi.1, wj.1);
+                    }
                 }
             }
         }
@@ -140,7 +122,7 @@ pub(super) fn block_invariant(x: &[f32], w: &[f32], in_dim: usize, y: &mut [f32]
         for c in (0..cols).step_by(4) {
             // past the last weight row, repeat it: the extra results are the same as the kept one
             let ws: [_; 4] = std::array::from_fn(|j| wrow((c + j).min(cols - 1)));
-            let acc = acc_1x4(xc, ws.map(|v| v.0));
+            let [acc] = acc_tile([xc], ws.map(|v| v.0));
             for (j, (a, wj)) in acc.iter().zip(&ws).enumerate().take(cols - c) {
                 yr[c + j] = finish(a, xt, wj.1);
             }
@@ -213,6 +195,7 @@ pub fn matmul_with(red: Reduction, x: &[f32], rows: usize, w: &[f32], out_dim: u
     assert_eq!(x.len(), rows * in_dim, "matmul: x is not rows x in");
     assert_eq!(w.len(), out_dim * in_dim, "matmul: w is not out x in");
     assert_eq!(y.len(), rows * out_dim, "matmul: y is not rows x out");
+    super::work::count(2 * rows * out_dim * in_dim, 4 * out_dim * in_dim);
     if let Reduction::Tiled(parts) = red {
         // the deliberately shape-dependent path: every element in `dot_tiled`'s order, rows in parallel
         let row = |(xr, yr): (&[f32], &mut [f32])| tiled_row(xr, w, in_dim, parts, yr);
@@ -303,12 +286,13 @@ mod tests {
         let mut acc = [0.0f32; LANES];
         for k in (0..full).step_by(LANES) {
             for l in 0..LANES {
-                acc[l] += a[k + l] * b[k + l];
+                acc[l] = a[k + l].mul_add(b[k + l], acc[l]);
             }
         }
-        let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+        let h: Vec<f32> = (0..8).map(|l| acc[l] + acc[l + 8]).collect();
+        let mut s = ((h[0] + h[4]) + (h[1] + h[5])) + ((h[2] + h[6]) + (h[3] + h[7]));
         for k in full..a.len() {
-            s += a[k] * b[k];
+            s = a[k].mul_add(b[k], s);
         }
         s
     }
@@ -346,12 +330,29 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
         /// The register-blocked kernel computes every element exactly as `dot` does: widths that are not a multiple
-        /// of 8, row counts that are not a multiple of 4 and odd column counts included.
+        /// of 16, row counts that are not a multiple of 4 and odd column counts included.
         #[test]
         fn blocked_matmul_is_dot_elementwise(
             rows in 1usize..14, out_dim in 1usize..24, in_dim in 0usize..80, seed in any::<u64>()
         ) {
             assert_matches_dot(rows, out_dim, in_dim, seed);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+        /// The tile kernel the CPU runs (AVX-512 where it has it) gives the portable loop's bits, for every tile
+        /// shape the matmul uses: a machine without AVX-512 computes the same outputs.
+        #[test]
+        fn simd_tiles_match_the_portable_loop(chunks in 0usize..40, seed in any::<u64>()) {
+            let v = random(8 * chunks * LANES, seed);
+            let rows: Vec<&[Lanes]> = v.as_chunks::<LANES>().0.chunks(chunks.max(1)).collect();
+            let row = |i: usize| if chunks == 0 { &[][..] } else { rows[i] };
+            let x: [&[Lanes]; 4] = std::array::from_fn(row);
+            let w: [&[Lanes]; 4] = std::array::from_fn(|j| row(4 + j));
+            prop_assert_eq!(acc_tile(x, w), acc_tile_portable(x, w));
+            prop_assert_eq!(acc_tile([x[0]], w), acc_tile_portable([x[0]], w));
+            prop_assert_eq!(acc_tile([x[1]], [w[2]]), acc_tile_portable([x[1]], [w[2]]));
         }
     }
 

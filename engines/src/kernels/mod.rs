@@ -1,14 +1,17 @@
-//! Batch-invariant kernels: every output element is reduced in one fixed order (a fixed 8-lane split, then a
-//! fixed horizontal sum), so a row's result never depends on how many other rows share the batch, nor on
+//! Batch-invariant kernels: every output element is reduced in one fixed order (a fixed 16-lane split of fused
+//! multiply-adds, then a fixed horizontal sum), so a row's result never depends on how many other rows share the batch, nor on
 //! prefill vs decode. Parallelism goes over output rows/tiles, never inside a reduction.
 
 mod activation;
 mod attention;
 mod matmul;
+#[cfg(target_arch = "x86_64")]
+mod matmul_avx512;
 mod norm;
 mod qdot;
 mod quant;
 mod rope;
+mod work;
 
 pub use activation::{silu, softmax_in_place};
 pub use attention::attend;
@@ -16,6 +19,7 @@ pub use matmul::{dot, matmul, matmul_with};
 pub use norm::rms_norm;
 pub use quant::{dequantize_row, f16_to_f32, qmatmul, QBytes, QMatrix, QType, QK};
 pub use rope::Rope;
+pub use work::{work, Work};
 
 /// How a kernel splits a reduction. `Invariant` is the default; `Tiled(n)` splits each reduction into `n`
 /// partial sums added in a different order, as GPU kernels pick tiling from the problem shape (glm53 uses it to

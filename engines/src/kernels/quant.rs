@@ -251,6 +251,7 @@ pub fn qmatmul(x: &[f32], rows: usize, w: &QMatrix, y: &mut [f32]) {
     let (out_dim, in_dim) = (w.out_dim, w.in_dim);
     assert_eq!(x.len(), rows * in_dim, "qmatmul: x is not rows x in");
     assert_eq!(y.len(), rows * out_dim, "qmatmul: y is not rows x out");
+    super::work::count(2 * rows * out_dim * in_dim, w.bytes.as_slice().len());
     if w.ty == QType::F32 {
         return f32_matmul(x, rows, w, y);
     }

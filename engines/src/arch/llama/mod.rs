@@ -105,6 +105,9 @@ pub struct BenchRow {
     pub prefill_tok_s: f64,
     pub decode: usize,
     pub decode_tok_s: f64,
+    /// The kernels' work during prefill, and during the decode steps (see `kernels::work`).
+    pub prefill_work: crate::kernels::Work,
+    pub decode_work: crate::kernels::Work,
 }
 
 /// Prefill and decode speed of `model` for prompts of each of `lens` ids (deterministic ids spread over the
@@ -121,23 +124,28 @@ pub fn bench(model: &Model, lens: &[usize], decode: usize) -> Vec<BenchRow> {
             base: crate::config::BaseConfig { initial_capacity: len + decode, ..c.base.clone() },
             ..c.clone()
         });
+        let w0 = crate::kernels::work();
         let t0 = std::time::Instant::now();
         let mut logits = Vec::new();
         for (i, seg) in ids.chunks(c.prefill_chunk.max(1)).enumerate() {
             logits = model.forward(&mut st, &Batch { ids: seg, pos0: i * c.prefill_chunk, writer });
         }
         let prefill = t0.elapsed().as_secs_f64();
+        let w1 = crate::kernels::work();
         let t1 = std::time::Instant::now();
         for step in 0..decode {
             let id = argmax(&logits);
             logits = model.forward(&mut st, &Batch { ids: &[id], pos0: len + step, writer });
         }
         let dec = t1.elapsed().as_secs_f64();
+        let w2 = crate::kernels::work();
         rows.push(BenchRow {
             prompt: len,
             prefill_tok_s: len as f64 / prefill,
             decode,
             decode_tok_s: decode as f64 / dec,
+            prefill_work: w1.since(w0),
+            decode_work: w2.since(w1),
         });
     }
     rows

@@ -1,0 +1,284 @@
+//! This machine's limits, measured in the benchmark's own run: the f32 fused-multiply-add peak (a register-only
+//! loop on every rayon thread at once) and the DRAM read bandwidth (a streaming read of a buffer far larger than
+//! the last-level cache on every thread at once). Kernel figures are printed as fractions of these.
+
+use std::time::Instant;
+
+/// Independent accumulators of the peak loop: enough to cover FMA latency (4 cycles) x 2 FMA ports twice over.
+const CHAINS: usize = 16;
+/// Passes of each measurement; the best one counts (the machine may be shared).
+const PASSES: usize = 5;
+
+/// The measured limits and what each measurement ran.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub peak_gflops: f64,
+    /// e.g. "AVX-512F FMA, 2 threads"
+    pub peak_how: String,
+    pub bandwidth_gbs: f64,
+    /// e.g. "1200 MiB streaming read, 2 threads"
+    pub bandwidth_how: String,
+    /// The last-level cache size the bandwidth buffer was sized against, when the system tells it.
+    pub llc_bytes: Option<u64>,
+}
+
+impl Limits {
+    /// Measures both limits (a few seconds; allocates the bandwidth buffer, see [`stream_bytes`]).
+    pub fn measure() -> Limits {
+        let (peak_gflops, isa) = fma_peak();
+        let threads = rayon::current_num_threads();
+        let llc_bytes = last_level_cache();
+        let bytes = stream_bytes(llc_bytes, available_memory());
+        let bandwidth_gbs = read_bandwidth(bytes);
+        Limits {
+            peak_gflops,
+            peak_how: format!("{isa} FMA, {threads} threads"),
+            bandwidth_gbs,
+            bandwidth_how: format!("{} MiB streaming read, {threads} threads", bytes >> 20),
+            llc_bytes,
+        }
+    }
+
+    /// The higher of two measurements of each limit: on a shared machine a measurement can only come out low,
+    /// so the fractions against the best stay honest (never flattered by a pass that met contention).
+    pub fn best(self, other: Limits) -> Limits {
+        let (peak_gflops, peak_how) = if other.peak_gflops > self.peak_gflops {
+            (other.peak_gflops, other.peak_how)
+        } else {
+            (self.peak_gflops, self.peak_how)
+        };
+        let (bandwidth_gbs, bandwidth_how) = if other.bandwidth_gbs > self.bandwidth_gbs {
+            (other.bandwidth_gbs, other.bandwidth_how)
+        } else {
+            (self.bandwidth_gbs, self.bandwidth_how)
+        };
+        Limits { peak_gflops, peak_how, bandwidth_gbs, bandwidth_how, llc_bytes: self.llc_bytes }
+    }
+}
+
+/// The widest FMA this CPU runs, its GFLOP/s on every rayon thread at once (best of [`PASSES`]), and its name.
+pub fn fma_peak() -> (f64, &'static str) {
+    let kernel = FmaKernel::detect();
+    // ~0.3 s per pass at a few hundred GFLOP/s
+    let iters: u64 = match kernel {
+        FmaKernel::Portable => 1 << 20,
+        _ => 1 << 23,
+    };
+    let flops_per_iter = 2.0 * (CHAINS * kernel.lanes()) as f64;
+    let best = (0..PASSES)
+        .map(|_| {
+            let t = Instant::now();
+            let sums = rayon::broadcast(|_| kernel.run(iters));
+            let s = t.elapsed().as_secs_f64().max(1e-9);
+            std::hint::black_box(sums);
+            flops_per_iter * iters as f64 * rayon::current_num_threads() as f64 / s / 1e9
+        })
+        .fold(0.0, f64::max);
+    (best, kernel.name())
+}
+
+#[derive(Debug, Clone, Copy)]
+enum FmaKernel {
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    Portable,
+}
+
+impl FmaKernel {
+    fn detect() -> FmaKernel {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return FmaKernel::Avx512;
+            }
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                return FmaKernel::Avx2;
+            }
+        }
+        FmaKernel::Portable
+    }
+
+    fn lanes(self) -> usize {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            FmaKernel::Avx512 => 16,
+            #[cfg(target_arch = "x86_64")]
+            FmaKernel::Avx2 => 8,
+            FmaKernel::Portable => 1,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            FmaKernel::Avx512 => "AVX-512F",
+            #[cfg(target_arch = "x86_64")]
+            FmaKernel::Avx2 => "AVX2",
+            FmaKernel::Portable => "scalar mul_add",
+        }
+    }
+
+    fn run(self, iters: u64) -> f32 {
+        match self {
+            // SAFETY: `detect` chose these only where the CPU has the features they enable
+            #[cfg(target_arch = "x86_64")]
+            #[allow(unsafe_code)]
+            FmaKernel::Avx512 => unsafe { x86::fma_avx512(iters) },
+            #[cfg(target_arch = "x86_64")]
+            #[allow(unsafe_code)]
+            FmaKernel::Avx2 => unsafe { x86::fma_avx2(iters) },
+            FmaKernel::Portable => fma_portable(iters),
+        }
+    }
+}
+
+fn fma_portable(iters: u64) -> f32 {
+    let (a, b) = (std::hint::black_box(0.999_999f32), std::hint::black_box(1e-7f32));
+    let mut acc = [0.0f32; CHAINS];
+    for _ in 0..iters {
+        for v in &mut acc {
+            *v = v.mul_add(a, b);
+        }
+    }
+    acc.iter().sum()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::CHAINS;
+
+    /// `CHAINS` independent 16-lane FMA chains, all in registers (checked in the disassembly: the loop body is
+    /// 16 `vfmadd` on zmm registers and the loop counter, no loads or stores).
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn fma_avx512(iters: u64) -> f32 {
+        let a = _mm512_set1_ps(std::hint::black_box(0.999_999));
+        let b = _mm512_set1_ps(std::hint::black_box(1e-7));
+        let mut acc = [_mm512_setzero_ps(); CHAINS];
+        for _ in 0..iters {
+            for v in &mut acc {
+                *v = _mm512_fmadd_ps(*v, a, b);
+            }
+        }
+        let total = acc.iter().fold(_mm512_setzero_ps(), |s, &v| _mm512_add_ps(s, v));
+        _mm512_reduce_add_ps(total)
+    }
+
+    /// The same with 8-lane registers (16 of them: all the AVX2 register file).
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn fma_avx2(iters: u64) -> f32 {
+        let a = _mm256_set1_ps(std::hint::black_box(0.999_999));
+        let b = _mm256_set1_ps(std::hint::black_box(1e-7));
+        let mut acc = [_mm256_setzero_ps(); CHAINS];
+        for _ in 0..iters {
+            for v in &mut acc {
+                *v = _mm256_fmadd_ps(*v, a, b);
+            }
+        }
+        let total = acc.iter().fold(_mm256_setzero_ps(), |s, &v| _mm256_add_ps(s, v));
+        let mut out = [0.0f32; 8];
+        // SAFETY: `out` is 8 f32s; unaligned store
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), total) };
+        out.iter().sum()
+    }
+}
+
+/// Bytes of the bandwidth buffer: max(1 GiB, 4 x the last-level cache), at most a quarter of the available
+/// memory (and at least 64 MiB).
+pub fn stream_bytes(llc: Option<u64>, available: Option<u64>) -> usize {
+    let want = (4 * llc.unwrap_or(0)).max(1 << 30);
+    let cap = available.map_or(want, |a| a / 4).max(64 << 20);
+    want.min(cap) as usize
+}
+
+/// GB/s of an xor over a buffer of `bytes` bytes split across every rayon thread (best of [`PASSES`]).
+pub fn read_bandwidth(bytes: usize) -> f64 {
+    use rayon::prelude::*;
+    const WORDS: usize = 8;
+    // nonzero, so every page is a real page and not the shared zero page
+    let buf: Vec<u64> = (0..bytes / 8).into_par_iter().map(|i| i as u64 | 1).collect();
+    // 8 MiB parts, work-stolen: one thread the OS holds back a moment does not stall the whole pass (as one part
+    // per thread would), the same way the matvecs it bounds split their work
+    let per = (8 << 20) / 8;
+    (0..PASSES)
+        .map(|_| {
+            let t = Instant::now();
+            let x = buf
+                .par_chunks(per)
+                .map(|part| {
+                    let mut acc = [0u64; WORDS];
+                    let (chunks, tail) = part.as_chunks::<WORDS>();
+                    for c in chunks {
+                        for l in 0..WORDS {
+                            acc[l] ^= c[l];
+                        }
+                    }
+                    acc.iter().chain(tail).fold(0, |a, b| a ^ b)
+                })
+                .reduce(|| 0, |a, b| a ^ b);
+            let s = t.elapsed().as_secs_f64().max(1e-9);
+            std::hint::black_box(x);
+            bytes as f64 / s / 1e9
+        })
+        .fold(0.0, f64::max)
+}
+
+/// The largest cache `/sys` lists for cpu0 (the last level), in bytes.
+pub fn last_level_cache() -> Option<u64> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("size")).ok())
+        .filter_map(|s| parse_size(s.trim()))
+        .max()
+}
+
+/// A `/sys` cache size such as `48K`, `2048K`, `300M` or `1024`.
+fn parse_size(s: &str) -> Option<u64> {
+    let (num, unit) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => s.split_at(i),
+        None => (s, ""),
+    };
+    let n: u64 = num.parse().ok()?;
+    let shift = match unit {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        _ => return None,
+    };
+    n.checked_mul(1 << shift)
+}
+
+/// `MemAvailable` from /proc/meminfo, in bytes.
+fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_sizes_parse_as_sys_writes_them() {
+        assert_eq!(parse_size("48K"), Some(48 << 10));
+        assert_eq!(parse_size("307200K"), Some(300 << 20));
+        assert_eq!(parse_size("2M"), Some(2 << 20));
+        assert_eq!(parse_size("1024"), Some(1024));
+        assert_eq!(parse_size("12Q"), None);
+        assert_eq!(parse_size(""), None);
+    }
+
+    #[test]
+    fn the_stream_buffer_outgrows_the_cache_within_memory() {
+        // four times a 300 MiB L3, one GiB at least, a quarter of free memory at most
+        assert_eq!(stream_bytes(Some(300 << 20), Some(64 << 30)), 1200 << 20);
+        assert_eq!(stream_bytes(Some(8 << 20), None), 1 << 30);
+        assert_eq!(stream_bytes(Some(300 << 20), Some(2 << 30)), 512 << 20);
+    }
+}
