@@ -147,10 +147,18 @@ fn on_the_real_model_a_count_based_reuse_fault_fails_the_first_turn_that_re_rend
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
-    let trials = results(&out);
-    let first_fail = trials.iter().find(|t| t["verdict"] != "pass").expect("a failing turn");
-    assert_eq!(turn(first_fail), 5, "{first_fail}");
-    assert!(first_fail["agent"]["reuse"]["lost"].as_u64().is_some_and(|l| l > 0), "re-rendered inexactly");
+    let mut trials = results(&out);
+    trials.sort_by_key(turn);
+    // Which turn first re-renders inexactly depends on the model's replies (the kernels' bits); the rule does not:
+    // every turn before it re-rendered exactly and passed although the fault reuses by counts, and that turn fails.
+    // (`lost` is null on the first turn: nothing was fed before it)
+    let lost = |t: &serde_json::Value| t["agent"]["reuse"]["lost"].as_u64().is_some_and(|l| l > 0);
+    let inexact = trials.iter().position(lost).expect("a turn that re-renders inexactly");
+    for t in &trials[..inexact] {
+        assert_eq!(t["verdict"], "pass", "a turn that re-rendered exactly: {t}");
+    }
+    let first_fail = &trials[inexact];
+    assert_ne!(first_fail["verdict"], "pass", "the first inexact re-render: {first_fail}");
     assert_eq!(first_fail["expected_reuse"], 0, "strict prefix: nothing reusable");
     assert!(first_fail["reused"].as_u64().is_some_and(|r| r > 0), "the fault reused by counts");
 }
