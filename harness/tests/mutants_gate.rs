@@ -195,15 +195,13 @@ fn the_map_round_trips_and_names_bad_fields() {
 fn the_gate_runs_the_recorded_choice_and_a_stale_choice_fails_red() {
     let dir = scenario_dir("gate");
     let map = dir.join("kills.json");
-    let out = dir.parent().expect("parent").join("full");
-    let o = kvproof()
-        .args(["mutants", "--full", "--write-kills"])
-        .arg(&map)
-        .arg(&dir)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("mutants --full");
+    // `kvproof mutants FLAGS.. DIR --out <sibling folder named `out`>`
+    let mutants = |flags: &[&std::ffi::OsStr], out: &str| {
+        let out = dir.parent().expect("parent").join(out);
+        let o = kvproof().arg("mutants").args(flags).arg(&dir).arg("--out").arg(&out).output().expect("run mutants");
+        (o, out)
+    };
+    let (o, _) = mutants(&["--full".as_ref(), "--write-kills".as_ref(), map.as_os_str()], "full");
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let recorded = KillMap::load(&map).expect("load").expect("written");
     let killers = |f: &str| -> Vec<String> { recorded.faults[f].killers.iter().map(|k| k.scenario.clone()).collect() };
@@ -214,8 +212,7 @@ fn the_gate_runs_the_recorded_choice_and_a_stale_choice_fails_red() {
     assert!(cost("kv-leak", "weak") < cost("kv-leak", "strong"), "{}", recorded.to_json());
 
     // the gate: the cheapest killer per fault, from the map (the folder's kills.json by default)
-    let out = dir.parent().expect("parent").join("gate");
-    let o = kvproof().arg("mutants").arg(&dir).arg("--out").arg(&out).output().expect("gate");
+    let (o, out) = mutants(&[], "gate");
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let report: kvproof::mutants::MutantsReport =
         serde_json::from_str(&std::fs::read_to_string(out.join("mutants.json")).expect("json")).expect("report");
@@ -224,14 +221,7 @@ fn the_gate_runs_the_recorded_choice_and_a_stale_choice_fails_red() {
     assert!(report.faults.iter().all(|r| r.from_map && r.failed), "{report:#?}");
 
     // the nightly's check passes while the map is current
-    let out = dir.parent().expect("parent").join("check-current");
-    let o = kvproof()
-        .args(["mutants", "--full", "--check-kills"])
-        .arg(&dir)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("check");
+    let (o, out) = mutants(&["--full".as_ref(), "--check-kills".as_ref()], "check-current");
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let md = std::fs::read_to_string(out.join("mutants.md")).expect("md");
     assert!(md.contains("## Time") && md.contains("| kimi |"), "{md}");
@@ -242,8 +232,7 @@ fn the_gate_runs_the_recorded_choice_and_a_stale_choice_fails_red() {
         kills.killers = vec![Killer { scenario: "weak".into(), cost_ms: 1, caught_by: BTreeSet::new() }];
     }
     std::fs::write(&map, stale.to_json()).expect("write");
-    let out = dir.parent().expect("parent").join("stale");
-    let o = kvproof().arg("mutants").arg(&dir).arg("--out").arg(&out).output().expect("gate");
+    let (o, _) = mutants(&[], "stale");
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let t = text(&o);
     let line = t.lines().find(|l| l.starts_with("SURVIVED: truncate-recurrent ")).unwrap_or_else(|| panic!("{t}"));
@@ -252,14 +241,7 @@ fn the_gate_runs_the_recorded_choice_and_a_stale_choice_fails_red() {
     assert!(!t.contains("SURVIVED: kv-leak"), "{t}");
 
     // the nightly's check: the full sweep against the stale map fails and prints the map it learned
-    let out = dir.parent().expect("parent").join("check");
-    let o = kvproof()
-        .args(["mutants", "--full", "--check-kills"])
-        .arg(&dir)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("check");
+    let (o, _) = mutants(&["--full".as_ref(), "--check-kills".as_ref()], "check");
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let t = text(&o);
     assert!(t.contains("fault truncate-recurrent: recorded killers [weak], this sweep's [strong]"), "{t}");
