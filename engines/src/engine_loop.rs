@@ -19,6 +19,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::cache::RowMeta;
 use crate::config::{ArchConfig, BaseConfig};
 use crate::decode::Decoded;
 use crate::dump::{DumpTensor, StateDump, Writer, WriterKind};
@@ -163,7 +164,8 @@ impl Start {
     }
 }
 
-/// One prefill segment: `ids` at positions `pos0..pos0 + ids.len()`, every row written by `writer`.
+/// One batch of consecutive positions a forward pass feeds: `ids` at positions `pos0..pos0 + ids.len()`, every
+/// row written by `writer` — a prefill segment, or the one id of a decode step (`Step::segment`).
 #[derive(Debug, Clone, Copy)]
 pub struct Segment<'a> {
     pub ids: &'a [u32],
@@ -173,9 +175,19 @@ pub struct Segment<'a> {
     pub audio: &'a [Option<&'a [u8]>],
 }
 
-impl Segment<'_> {
+impl<'a> Segment<'a> {
+    /// A segment of ids alone, no audio.
+    pub fn of_ids(ids: &'a [u32], pos0: usize, writer: Writer) -> Self {
+        Segment { ids, pos0, writer, audio: &[] }
+    }
+
     pub fn end(&self) -> usize {
         self.pos0 + self.ids.len()
+    }
+
+    /// The meta of the row written for the segment's `i`-th position.
+    pub fn row(&self, i: usize) -> RowMeta {
+        RowMeta { pos: (self.pos0 + i) as i64, writer: Some(self.writer) }
     }
 }
 
@@ -193,6 +205,11 @@ impl Step<'_> {
     /// The one id fed, as a batch.
     pub fn ids(&self) -> &[u32] {
         std::slice::from_ref(&self.id)
+    }
+
+    /// The step as the forward passes feed it: a segment of its one id (a decode step carries no audio).
+    pub fn segment(&self) -> Segment<'_> {
+        Segment::of_ids(self.ids(), self.pos, self.writer)
     }
 }
 

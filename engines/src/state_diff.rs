@@ -169,6 +169,47 @@ pub enum Incomparable {
     Malformed(String),
 }
 
+/// How far two rows lie apart: the largest |difference| of their floats and the largest ULP distance; over many
+/// rows, the largest of each.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Distance {
+    pub max_abs: f32,
+    pub max_ulp: u64,
+}
+
+impl Distance {
+    /// The larger of each of the two.
+    pub fn max(self, other: Distance) -> Distance {
+        Distance { max_abs: self.max_abs.max(other.max_abs), max_ulp: self.max_ulp.max(other.max_ulp) }
+    }
+}
+
+/// The rows compared in some part of the state (a tensor, a layer, the whole state): how many, how many were
+/// bitwise identical, and how far the others lie apart at most.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct RowStats {
+    pub rows_compared: usize,
+    pub rows_identical: usize,
+    #[serde(flatten)]
+    pub distance: Distance,
+}
+
+impl RowStats {
+    /// Saturating: the stats may come from a diff.json file that claims more identical rows than compared ones.
+    pub fn rows_differing(&self) -> usize {
+        self.rows_compared.saturating_sub(self.rows_identical)
+    }
+
+    /// The stats of all of `parts` together: counts summed (saturating, as above), distances the largest.
+    pub fn total<'a>(parts: impl IntoIterator<Item = &'a RowStats>) -> RowStats {
+        parts.into_iter().fold(RowStats::default(), |sum, p| RowStats {
+            rows_compared: sum.rows_compared.saturating_add(p.rows_compared),
+            rows_identical: sum.rows_identical.saturating_add(p.rows_identical),
+            distance: sum.distance.max(p.distance),
+        })
+    }
+}
+
 /// The first divergent row of the whole state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FirstRow {
@@ -179,8 +220,9 @@ pub struct FirstRow {
     pub position: i64,
     pub writer_a: Option<Writer>,
     pub writer_b: Option<Writer>,
-    pub max_abs: f32,
-    pub max_ulp: u64,
+    /// How far this row's two sides lie apart.
+    #[serde(flatten)]
+    pub distance: Distance,
 }
 
 impl FirstRow {
@@ -204,16 +246,14 @@ pub struct TensorDiff {
     pub layer: usize,
     pub name: String,
     pub kind: CacheKind,
-    pub rows_compared: usize,
-    pub rows_identical: usize,
+    #[serde(flatten)]
+    pub rows: RowStats,
     /// Positions both states cover but only one side holds a row for.
     pub only_in_a: usize,
     pub only_in_b: usize,
     pub first_divergent_pos: Option<i64>,
     pub writer_a: Option<Writer>,
     pub writer_b: Option<Writer>,
-    pub max_abs: f32,
-    pub max_ulp: u64,
     /// Ring rows stored where their position does not map (row index != pos % rows), per side, and the rotation
     /// of the first such row: (row index - pos % rows) mod rows — what a linear copy of a wrapped ring leaves.
     pub misplaced_a: usize,
@@ -231,16 +271,14 @@ pub struct TensorDiff {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LayerDiff {
     pub layer: usize,
-    pub rows_compared: usize,
-    pub rows_identical: usize,
+    #[serde(flatten)]
+    pub rows: RowStats,
     pub rows_only_one_side: usize,
     /// The layer's lowest divergent position, the tensor holding it, and that row's writers.
     pub first_divergent_pos: Option<i64>,
     pub first_tensor: Option<String>,
     pub writer_a: Option<Writer>,
     pub writer_b: Option<Writer>,
-    pub max_abs: f32,
-    pub max_ulp: u64,
 }
 
 /// The records of the two states.
@@ -282,12 +320,17 @@ impl StateDiff {
             && self.tensors.iter().all(|t| t.first_divergent_pos.is_none() && t.only_in_a + t.only_in_b == 0)
     }
 
+    /// The rows of every tensor together.
+    pub fn rows(&self) -> RowStats {
+        RowStats::total(self.tensors.iter().map(|t| &t.rows))
+    }
+
     pub fn rows_compared(&self) -> usize {
-        self.tensors.iter().map(|t| t.rows_compared).sum()
+        self.rows().rows_compared
     }
 
     pub fn rows_differing(&self) -> usize {
-        self.tensors.iter().map(|t| t.rows_compared - t.rows_identical).sum()
+        self.rows().rows_differing()
     }
 
     pub fn rows_only_one_side(&self) -> usize {
@@ -295,11 +338,11 @@ impl StateDiff {
     }
 
     pub fn max_abs(&self) -> f32 {
-        self.tensors.iter().map(|t| t.max_abs).fold(0.0, f32::max)
+        self.rows().distance.max_abs
     }
 
     pub fn max_ulp(&self) -> u64 {
-        self.tensors.iter().map(|t| t.max_ulp).max().unwrap_or(0)
+        self.rows().distance.max_ulp
     }
 
     /// Layers with at least one differing row, ascending.
@@ -369,8 +412,8 @@ fn same_bits(a: RowData<'_>, b: RowData<'_>) -> bool {
     }
 }
 
-/// (max |diff|, max ULP) of two rows that differ.
-fn row_distance(a: RowData<'_>, b: RowData<'_>) -> (f32, u64) {
+/// The distance of two rows that differ.
+fn row_distance(a: RowData<'_>, b: RowData<'_>) -> Distance {
     let (mut abs, mut ulp) = (0.0f32, 0u64);
     for k in 0..a.len_values() {
         let (x, y) = (value(a, k), value(b, k));
@@ -380,7 +423,7 @@ fn row_distance(a: RowData<'_>, b: RowData<'_>) -> (f32, u64) {
             ulp = ulp.max(ulp_distance(x, y));
         }
     }
-    (abs, ulp)
+    Distance { max_abs: abs, max_ulp: ulp }
 }
 
 /// Add the positions `[start, end)` to half-open runs built in ascending order, joining a run they continue.
@@ -421,8 +464,8 @@ fn rows_by_position(positions: &[i64], covered: usize) -> Vec<(i64, usize)> {
     rows
 }
 
-/// The first divergent row of one tensor: (position, max |diff|, max ULP).
-type TensorFirst = Option<(i64, f32, u64)>;
+/// The first divergent row of one tensor: its position and distance.
+type TensorFirst = Option<(i64, Distance)>;
 
 /// Matched rows compared with one byte comparison at most: rows that follow each other in position and in row
 /// index on both sides are compared as one block, and row by row only when the block differs. Equal states then
@@ -454,15 +497,12 @@ fn diff_tensor(a: &TensorRows<'_>, b: &TensorRows<'_>, covered: usize) -> Result
         layer: a.layer,
         name: a.name.to_string(),
         kind: a.kind,
-        rows_compared: 0,
-        rows_identical: 0,
+        rows: RowStats::default(),
         only_in_a: 0,
         only_in_b: 0,
         first_divergent_pos: None,
         writer_a: None,
         writer_b: None,
-        max_abs: 0.0,
-        max_ulp: 0,
         misplaced_a,
         misplaced_b,
         rotation_a,
@@ -481,29 +521,28 @@ fn diff_tensor(a: &TensorRows<'_>, b: &TensorRows<'_>, covered: usize) -> Result
                 let n = block_len(&a_rows, &b_rows, x, y);
                 x += n;
                 y += n;
-                t.rows_compared += n;
+                t.rows.rows_compared += n;
                 push_run(&mut t.compared, p, p + n as i64);
                 if same_bits(a.rows(i, n), b.rows(j, n)) {
-                    t.rows_identical += n;
+                    t.rows.rows_identical += n;
                     continue;
                 }
                 for k in 0..n {
                     let (ra, rb) = (a.rows(i + k, 1), b.rows(j + k, 1));
                     if same_bits(ra, rb) {
-                        t.rows_identical += 1;
+                        t.rows.rows_identical += 1;
                         continue;
                     }
                     let pos = p + k as i64;
-                    let (abs, ulp) = row_distance(ra, rb);
-                    t.max_abs = t.max_abs.max(abs);
-                    t.max_ulp = t.max_ulp.max(ulp);
-                    t.divergent.push((pos, abs));
+                    let distance = row_distance(ra, rb);
+                    t.rows.distance = t.rows.distance.max(distance);
+                    t.divergent.push((pos, distance.max_abs));
                     if t.first_divergent_pos.is_none() {
                         // positions are visited in ascending order: the first one seen is the lowest
                         t.first_divergent_pos = Some(pos);
                         t.writer_a = a.writer(i + k)?;
                         t.writer_b = b.writer(j + k)?;
-                        first = Some((pos, abs, ulp));
+                        first = Some((pos, distance));
                     }
                 }
             }
@@ -533,15 +572,12 @@ fn layers_of(tensors: &[TensorDiff]) -> Vec<LayerDiff> {
             let first = mine.iter().filter(|t| t.first_divergent_pos.is_some()).min_by_key(|t| t.first_divergent_pos);
             LayerDiff {
                 layer: l,
-                rows_compared: mine.iter().map(|t| t.rows_compared).sum(),
-                rows_identical: mine.iter().map(|t| t.rows_identical).sum(),
+                rows: RowStats::total(mine.iter().map(|t| &t.rows)),
                 rows_only_one_side: mine.iter().map(|t| t.only_in_a + t.only_in_b).sum(),
                 first_divergent_pos: first.and_then(|t| t.first_divergent_pos),
                 first_tensor: first.map(|t| t.name.clone()),
                 writer_a: first.and_then(|t| t.writer_a),
                 writer_b: first.and_then(|t| t.writer_b),
-                max_abs: mine.iter().map(|t| t.max_abs).fold(0.0, f32::max),
-                max_ulp: mine.iter().map(|t| t.max_ulp).max().unwrap_or(0),
             }
         })
         .collect()
@@ -582,17 +618,16 @@ pub fn compare(a: &impl DumpSource, b: &impl DumpSource) -> Result<StateDiff, In
 
     let first = per_tensor
         .iter()
-        .filter_map(|(t, f)| f.map(|(p, abs, ulp)| (p, t, abs, ulp)))
-        .min_by_key(|(p, t, _, _)| (*p, t.layer))
-        .map(|(position, t, max_abs, max_ulp)| FirstRow {
+        .filter_map(|(t, f)| f.map(|(p, distance)| (p, t, distance)))
+        .min_by_key(|(p, t, _)| (*p, t.layer))
+        .map(|(position, t, distance)| FirstRow {
             layer: t.layer,
             tensor: t.name.clone(),
             kind: t.kind,
             position,
             writer_a: t.writer_a,
             writer_b: t.writer_b,
-            max_abs,
-            max_ulp,
+            distance,
         });
     let tensors: Vec<TensorDiff> = per_tensor.into_iter().map(|(t, _)| t).collect();
     let (ra, rb) = (a.record_ids(), b.record_ids());
@@ -704,7 +739,7 @@ mod tests {
                 if x == y { identical += 1 } else { divergent.push(p) }
             }
             let t = &d.tensors[0];
-            proptest::prop_assert_eq!((t.rows_compared, t.rows_identical), (compared, identical));
+            proptest::prop_assert_eq!((t.rows.rows_compared, t.rows.rows_identical), (compared, identical));
             proptest::prop_assert_eq!(t.divergent.iter().map(|r| r.0).collect::<Vec<_>>(), divergent.clone());
             proptest::prop_assert_eq!(t.first_divergent_pos, divergent.first().copied());
         }
@@ -773,11 +808,38 @@ mod tests {
         let d = diff(&w, &c);
         assert_eq!(d.rows_differing(), 3);
         let f = d.first.as_ref().expect("first");
-        assert_eq!((f.position, f.layer, f.max_abs), (1, 1, 0.5));
+        assert_eq!((f.position, f.layer, f.distance.max_abs), (1, 1, 0.5));
         assert_eq!(d.max_abs(), 0.5);
         assert_eq!(d.layers_differing(), vec![0, 1, 2]);
         assert_eq!(d.layers[0].first_divergent_pos, Some(2));
         assert!(d.headline("warm", "cold").starts_with("layer 1 `k`, pos 1: warm row by prefill (req 1"));
+    }
+
+    #[test]
+    fn diff_json_keeps_its_field_names_and_reads_back() {
+        let w = dump(2, &[0; 2], vec![tensor(0, CacheKind::Full, &[0, 1], &[1.0, 2.0])]);
+        let mut c = w.clone();
+        c.tensors[0].data[1] = 2.5;
+        let d = diff(&w, &c);
+        let json = serde_json::to_value(&d).expect("json");
+        let keys = |v: &serde_json::Value| -> Vec<String> {
+            let mut k: Vec<String> = v.as_object().expect("an object").keys().cloned().collect();
+            k.sort();
+            k
+        };
+        // the names diff.json has always had: the row stats are flattened into each object
+        let tensor_keys = "compared divergent first_divergent_pos kind layer max_abs max_ulp misplaced_a misplaced_b \
+                           name only_in_a only_in_b rotation_a rotation_b rows_compared rows_identical writer_a writer_b";
+        assert_eq!(keys(&json["tensors"][0]).join(" "), tensor_keys);
+        let layer_keys = "first_divergent_pos first_tensor layer max_abs max_ulp rows_compared rows_identical \
+                          rows_only_one_side writer_a writer_b";
+        assert_eq!(keys(&json["layers"][0]).join(" "), layer_keys);
+        assert_eq!(keys(&json["first"]).join(" "), "kind layer max_abs max_ulp position tensor writer_a writer_b");
+        assert_eq!(
+            (json["tensors"][0]["max_abs"].as_f64(), json["layers"][0]["rows_compared"].as_u64()),
+            (Some(0.5), Some(2))
+        );
+        assert_eq!(serde_json::from_value::<StateDiff>(json).expect("reads back"), d);
     }
 
     #[test]
@@ -836,7 +898,7 @@ mod tests {
             let d = diff(&w, &w);
             assert!(d.identical());
             assert_eq!(d.layers.iter().map(|l| l.layer).collect::<Vec<_>>(), vec![0, layer]);
-            assert_eq!(d.layers[1].rows_compared, 0);
+            assert_eq!(d.layers[1].rows.rows_compared, 0);
         }
     }
 
@@ -868,7 +930,8 @@ mod tests {
         let bytes: Vec<u8> = a.iter().flat_map(|x| x.to_le_bytes()).collect();
         assert!(same_bits(RowData::F32(&a), RowData::Le(&bytes)));
         let b = [1.0f32, -2.5, 3.5];
-        assert_eq!(row_distance(RowData::Le(&bytes), RowData::F32(&b)), (0.25, ulp_distance(3.25, 3.5)));
+        let expected = Distance { max_abs: 0.25, max_ulp: ulp_distance(3.25, 3.5) };
+        assert_eq!(row_distance(RowData::Le(&bytes), RowData::F32(&b)), expected);
     }
 
     #[test]

@@ -7,10 +7,10 @@
 
 use std::sync::Arc;
 
-use kvproof_engines::arch::llama::{self, Batch, Model, State};
+use kvproof_engines::arch::llama::{self, Model, State};
 use kvproof_engines::dump::{Writer, WriterKind};
 use kvproof_engines::engine::{NoObserver, Request};
-use kvproof_engines::engine_loop::Arch;
+use kvproof_engines::engine_loop::{Arch, Segment};
 use kvproof_engines::gguf::smollm2_path;
 use serde_json::Value;
 
@@ -92,7 +92,7 @@ fn agrees_with_llama_cpp() {
     let mut worst = String::new();
     for (ci, case) in cases.iter().enumerate() {
         let mut st: State = m.new_layers();
-        let mut logits = m.forward(&mut st, &Batch { ids: &case.prompt, pos0: 0, writer: writer() });
+        let mut logits = m.forward(&mut st, &Segment::of_ids(&case.prompt, 0, writer()));
         for (pos, (si, (id, top))) in (case.prompt.len()..).zip(case.steps.iter().enumerate()) {
             total += 1;
             if argmax(&logits) == top[0].0 {
@@ -114,7 +114,7 @@ fn agrees_with_llama_cpp() {
                     worst = format!("case {ci} step {si}: ids {t1} vs {k}");
                 }
             }
-            logits = m.forward(&mut st, &Batch { ids: &[*id], pos0: pos, writer: writer() });
+            logits = m.forward(&mut st, &Segment::of_ids(&[*id], pos, writer()));
         }
     }
     let share = agree as f64 / total as f64;
@@ -158,11 +158,11 @@ fn logits_are_the_same_however_the_prompt_is_fed() {
     let m = Arc::new(model());
     let prompt = &goldens()[1].prompt;
     let mut a: State = m.new_layers();
-    let whole = m.forward(&mut a, &Batch { ids: prompt, pos0: 0, writer: writer() });
+    let whole = m.forward(&mut a, &Segment::of_ids(prompt, 0, writer()));
     let mut b: State = m.new_layers();
     let mut last = Vec::new();
     for (i, id) in prompt.iter().enumerate() {
-        last = m.forward(&mut b, &Batch { ids: std::slice::from_ref(id), pos0: i, writer: writer() });
+        last = m.forward(&mut b, &Segment::of_ids(std::slice::from_ref(id), i, writer()));
     }
     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&whole), bits(&last));

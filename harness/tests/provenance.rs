@@ -57,21 +57,21 @@ fn clean_engine_gives_identical_states() {
     let (w, c) = grown_ring(None, &dir);
     let d = diff_files(&w, &c).expect("diff");
     assert!(d.identical(), "{}", render::table(&d, ("warm", "warm.safetensors"), ("cold", "cold.safetensors")));
-    assert!(d.layers.iter().all(|l| l.rows_compared > 0));
+    assert!(d.layers.iter().all(|l| l.rows.rows_compared > 0));
     assert_eq!(d.headline("warm", "cold"), "states identical");
     // what the heatmap greys as identical: a ring layer only its window (8 positions, the last ones), a global
     // layer every position
     for t in &d.tensors {
         let held: i64 = t.compared.iter().map(|(a, b)| b - a).sum();
-        assert_eq!(held as usize, t.rows_compared, "layer {} {}: {:?}", t.layer, t.name, t.compared);
+        assert_eq!(held as usize, t.rows.rows_compared, "layer {} {}: {:?}", t.layer, t.name, t.compared);
         use kvproof_engines::dump::CacheKind;
         let end = d.covered as i64;
         if t.kind == CacheKind::Ring {
             assert_eq!(t.compared, vec![(end - 8, end)], "layer {} {}", t.layer, t.name);
         } else if t.kind == CacheKind::Conv {
             // the short convolution keeps its last few inputs
-            assert_eq!(t.compared, vec![(end - t.rows_compared as i64, end)], "layer {} {}", t.layer, t.name);
-            assert!(t.rows_compared < 8, "layer {} {}: {:?}", t.layer, t.name, t.compared);
+            assert_eq!(t.compared, vec![(end - t.rows.rows_compared as i64, end)], "layer {} {}", t.layer, t.name);
+            assert!(t.rows.rows_compared < 8, "layer {} {}: {:?}", t.layer, t.name, t.compared);
         } else {
             assert_eq!(t.compared, vec![(0, d.covered as i64)], "layer {} {}", t.layer, t.name);
         }

@@ -206,11 +206,16 @@ impl Gguf {
         v.as_str().ok_or_else(|| self.wrong(key, "a string", v))
     }
 
-    /// A non-negative integer value of any width.
-    pub fn uint(&self, key: &str) -> Result<u64> {
+    /// An integer value of any width, as `T`; `out_of_range` says why a value `T` cannot hold is refused.
+    fn integer<T: TryFrom<i128>>(&self, key: &str, out_of_range: &str) -> Result<T> {
         let v = self.need(key)?;
         let i = v.as_int().ok_or_else(|| self.wrong(key, "an integer", v))?;
-        u64::try_from(i).map_err(|_| self.key_error(key, format!("{i} is negative")))
+        T::try_from(i).map_err(|_| self.key_error(key, format!("{i} is {out_of_range}")))
+    }
+
+    /// A non-negative integer value of any width.
+    pub fn uint(&self, key: &str) -> Result<u64> {
+        self.integer(key, "negative")
     }
 
     /// A non-negative integer that must fit a `usize`.
@@ -221,9 +226,7 @@ impl Gguf {
 
     /// A signed integer value of any width.
     pub fn int(&self, key: &str) -> Result<i64> {
-        let v = self.need(key)?;
-        let i = v.as_int().ok_or_else(|| self.wrong(key, "an integer", v))?;
-        i64::try_from(i).map_err(|_| self.key_error(key, format!("{i} is too large")))
+        self.integer(key, "too large")
     }
 
     /// A float value (an integer is read as one).

@@ -602,6 +602,11 @@ mod tests {
             .join("\n")
     }
 
+    /// The body of the reply to `input`, served without a prefix log.
+    fn served(input: &'static [u8]) -> String {
+        body(&run(input, false).0)
+    }
+
     #[test]
     fn ready_caps_then_answers() {
         let (out, _) = run(b"SUBMIT 1 0 2 2 0 1\nhi\n", false);
@@ -612,11 +617,8 @@ mod tests {
     #[test]
     fn stop_and_cancel_of_queued_and_unknown_ids() {
         // everything below is read before the first request starts, so 2 and 3 are queued behind 1
-        let (out, _) = run(
-            b"SUBMIT 1 0 1 3 0 1\na\nSUBMIT 2 1 1 3 0 1\nb\nSUBMIT 3 1 1 3 0 1\nc\nSTOP 2\nCANCEL 3\nSTOP 9\n",
-            false,
-        );
-        let body = body(&out);
+        let body =
+            served(b"SUBMIT 1 0 1 3 0 1\na\nSUBMIT 2 1 1 3 0 1\nb\nSUBMIT 3 1 1 3 0 1\nc\nSTOP 2\nCANCEL 3\nSTOP 9\n");
         assert!(body.contains("ERROR 3 CANCELLED"), "{body}");
         assert!(body.contains("ERROR 9 NOT_FOUND"), "{body}");
         assert!(body.contains("DONE 2 1 .."), "a STOP for a queued request stops at its first token: {body}");
@@ -625,16 +627,14 @@ mod tests {
 
     #[test]
     fn duplicate_and_busy_while_queued() {
-        let (out, _) = run(b"SUBMIT 1 0 1 2 0 1\na\nSUBMIT 1 1 1 2 0 1\nb\nSUBMIT 1 0 1 2 0 x\nb\n", false);
-        let body = body(&out);
+        let body = served(b"SUBMIT 1 0 1 2 0 1\na\nSUBMIT 1 1 1 2 0 1\nb\nSUBMIT 1 0 1 2 0 x\nb\n");
         assert_eq!(body.matches("ERROR 1 DUPLICATE_ID").count(), 2, "{body}");
         assert_eq!(body.matches("DONE 1").count(), 1, "{body}");
     }
 
     #[test]
     fn bad_frames_never_carry_an_in_flight_id() {
-        let (out, _) = run(b"SUBMIT 1 0 1 3 0 1\na\nSTOP 1 now\nDUMP 1 0\nSUBMIT 1 0 1 2 0 1 x=1\nb\n", false);
-        let body = body(&out);
+        let body = served(b"SUBMIT 1 0 1 3 0 1\na\nSTOP 1 now\nDUMP 1 0\nSUBMIT 1 0 1 2 0 1 x=1\nb\n");
         assert_eq!(body.matches("ERROR - BAD_FRAME").count(), 2, "{body}");
         assert_eq!(body.matches("ERROR 1 DUPLICATE_ID").count(), 1, "{body}");
         assert!(body.ends_with("DONE 1 3 .. 1 1 0"), "{body}");
@@ -642,8 +642,7 @@ mod tests {
 
     #[test]
     fn engine_errors_map_to_codes() {
-        let (out, _) = run(b"SUBMIT 1 0 33 2 0 1\n012345678901234567890123456789012\nDUMP 2 0 /nonexistent/x\n", false);
-        let body = body(&out);
+        let body = served(b"SUBMIT 1 0 33 2 0 1\n012345678901234567890123456789012\nDUMP 2 0 /nonexistent/x\n");
         assert!(body.contains("ERROR 1 CONTEXT_EXCEEDED 33 32"), "{body}");
         assert!(body.contains("ERROR 2 BAD_REQUEST"), "{body}");
     }
@@ -651,10 +650,9 @@ mod tests {
     #[test]
     fn echo_reset_and_cancel_at() {
         // slot 1 for the queued ones (a SUBMIT for the generating slot would be SLOT_BUSY)
-        let (out, _) = run(
+        let body = served(
             b"SUBMIT 1 0 2 1 0 1\nab\nSUBMIT 2 1 3 1 0 1 echo=1\nabc\nRESET 3\n\
               SUBMIT 4 1 4 1 0 1 cancel_at=0 echo=1\nabcd\nSUBMIT 5 1 4 1 0 1 cancel_at=1\nabcd\n",
-            false,
         );
         let want = [
             "DATA 1 1 tid=98 gap=0.5\nb\nDONE 1 1 .. 2 1 0",
@@ -665,7 +663,7 @@ mod tests {
             // the stand-in polls once: cancel_at=1 is never reached; the reset left nothing to reuse
             "DATA 5 1 tid=100 gap=0.5\nd\nDONE 5 1 .. 4 1 0",
         ];
-        assert_eq!(body(&out), want.join("\n"));
+        assert_eq!(body, want.join("\n"));
     }
 
     #[test]

@@ -138,20 +138,23 @@ pub fn draw(d: &StateDiff, path: &Path, title: &str) -> Result<(), PlotError> {
 mod tests {
     use super::*;
     use kvproof_engines::dump::CacheKind;
-    use kvproof_engines::state_diff::{FirstRow, LayerDiff, RecordDiff, TensorDiff};
+    use kvproof_engines::state_diff::{Distance, FirstRow, LayerDiff, RecordDiff, RowStats, TensorDiff};
+
+    const DISTANCE: Distance = Distance { max_abs: 1.0, max_ulp: 1 };
+
+    fn one_differing_row() -> RowStats {
+        RowStats { rows_compared: 1, rows_identical: 0, distance: DISTANCE }
+    }
 
     fn layer(layer: usize) -> LayerDiff {
         LayerDiff {
             layer,
-            rows_compared: 1,
-            rows_identical: 0,
+            rows: one_differing_row(),
             rows_only_one_side: 0,
             first_divergent_pos: Some(0),
             first_tensor: Some("k".into()),
             writer_a: None,
             writer_b: None,
-            max_abs: 1.0,
-            max_ulp: 1,
         }
     }
 
@@ -160,15 +163,12 @@ mod tests {
             layer,
             name: "k".into(),
             kind: CacheKind::Full,
-            rows_compared: 1,
-            rows_identical: 0,
+            rows: one_differing_row(),
             only_in_a: 0,
             only_in_b: 0,
             first_divergent_pos: Some(position),
             writer_a: None,
             writer_b: None,
-            max_abs: 1.0,
-            max_ulp: 1,
             misplaced_a: 0,
             misplaced_b: 0,
             rotation_a: None,
@@ -209,8 +209,7 @@ mod tests {
                 position: edge,
                 writer_a: None,
                 writer_b: None,
-                max_abs: 1.0,
-                max_ulp: 1,
+                distance: DISTANCE,
             }),
             layers,
             tensors: vec![tensor(0, 3), tensor(usize::MAX, edge), tensor(7, i64::MAX)],

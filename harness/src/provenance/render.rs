@@ -33,7 +33,12 @@ pub fn table(d: &StateDiff, (a_name, a_path): Side<'_>, (b_name, b_path): Side<'
         let _ = writeln!(
             out,
             "{:>5} {:>8} {:>9} {:>9} {:>11.3e} {:>10}  {who}",
-            l.layer, l.rows_compared, l.rows_identical, first, l.max_abs, l.max_ulp
+            l.layer,
+            l.rows.rows_compared,
+            l.rows.rows_identical,
+            first,
+            l.rows.distance.max_abs,
+            l.rows.distance.max_ulp
         );
     }
     for t in d.tensors.iter().filter(|t| t.misplaced_a + t.misplaced_b > 0) {
@@ -82,12 +87,12 @@ pub fn write_csv(d: &StateDiff, path: &Path) -> Result<(), ProvenanceError> {
     for l in &d.layers {
         w.write_record([
             l.layer.to_string(),
-            l.rows_compared.to_string(),
-            l.rows_identical.to_string(),
+            l.rows.rows_compared.to_string(),
+            l.rows.rows_identical.to_string(),
             l.first_divergent_pos.map(|p| p.to_string()).unwrap_or_default(),
             l.first_tensor.clone().unwrap_or_default(),
-            format!("{:e}", l.max_abs),
-            l.max_ulp.to_string(),
+            format!("{:e}", l.rows.distance.max_abs),
+            l.rows.distance.max_ulp.to_string(),
             l.writer_a.map(|x| x.to_string()).unwrap_or_default(),
             l.writer_b.map(|x| x.to_string()).unwrap_or_default(),
         ])

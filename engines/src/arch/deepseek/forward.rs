@@ -16,16 +16,8 @@ use super::model::Model;
 use super::state::State;
 use crate::arch::gqa_dims::Dims;
 use crate::arch::moe_sublayer::add_moe_sublayer;
-use crate::cache::RowMeta;
-use crate::dump::Writer;
+use crate::engine_loop::Segment;
 use crate::kernels::{attend, matmul, rms_norm, Reduction};
-
-/// One batch to feed.
-pub struct Batch<'a> {
-    pub ids: &'a [u32],
-    pub pos0: usize,
-    pub writer: Writer,
-}
 
 /// The batch was abandoned between two layers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,13 +29,12 @@ pub struct Aborted {
 impl Model {
     /// Feed `b` into `st`, writing every row with `b.writer`; returns the logits of the last row.
     /// `abort()` is asked before every layer but the first; `true` abandons the batch there.
-    pub fn forward(&self, st: &mut State, b: &Batch, abort: &mut dyn FnMut() -> bool) -> Result<Vec<f32>, Aborted> {
+    pub fn forward(&self, st: &mut State, b: &Segment, abort: &mut dyn FnMut() -> bool) -> Result<Vec<f32>, Aborted> {
         let c = &self.config;
         let d = Dims::of(c);
         let Dims { h, hd, qd, kvd, group, scale } = d;
         let s = b.ids.len();
         let pos0 = b.pos0;
-        let meta = RowMeta { pos: 0, writer: Some(b.writer) };
         let mut x = self.stack.embed_rows(b.ids, h);
 
         for (l, layer) in self.stack.layers.iter().enumerate() {
@@ -65,7 +56,7 @@ impl Model {
             matmul(&xn, s, &comp.wgate, sw, h, &mut csc);
             for i in 0..s {
                 let (kv, sc) = (&ckv[i * sw..(i + 1) * sw], &csc[i * sw..(i + 1) * sw]);
-                ls.comp.fold(comp, pos0 + i, kv, sc, c.norm_eps, meta);
+                ls.comp.fold(comp, pos0 + i, kv, sc, c.norm_eps, b.row(i));
             }
 
             let mut att = vec![0.0; s * qd];
@@ -105,7 +96,7 @@ impl Model {
 
             // rows this batch would overwrite in the ring are skipped: no later query reads them
             for i in s.saturating_sub(ls.k.window())..s {
-                let m = RowMeta { pos: (pos0 + i) as i64, ..meta };
+                let m = b.row(i);
                 ls.k.put(pos0 + i, &k[i * kvd..(i + 1) * kvd], m);
                 ls.v.put(pos0 + i, &v[i * kvd..(i + 1) * kvd], m);
             }

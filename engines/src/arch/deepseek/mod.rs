@@ -18,7 +18,6 @@ use state::State;
 use crate::engine::EngineInfo;
 use crate::engine_loop::{Arch, ArchInfo, DeclaredReuse, Progress, Segment, Slot, Step};
 use crate::fault::Fault;
-use forward::Batch;
 
 pub const INFO: ArchInfo = ArchInfo {
     name: "deepseek",
@@ -50,8 +49,7 @@ impl Arch for Model {
         progress: &mut Progress,
         _: Option<Fault>,
     ) -> Option<Vec<f32>> {
-        let batch = Batch { ids: seg.ids, pos0: seg.pos0, writer: seg.writer };
-        self.forward(&mut slot.layers, &batch, &mut || !progress.go_on()).ok()
+        self.forward(&mut slot.layers, seg, &mut || !progress.go_on()).ok()
     }
 
     /// `record-on-failure`: the abandoned segment is recorded as if it had finished, and nothing is tainted.
@@ -72,8 +70,7 @@ impl Arch for Model {
     }
 
     fn decode_step(&self, slot: &mut Slot<State>, _: &mut (), s: &Step, _: Option<Fault>) -> Vec<f32> {
-        let batch = Batch { ids: s.ids(), pos0: s.pos, writer: s.writer };
         // a decode step is never abandoned between layers (cancel is seen between tokens)
-        self.forward(&mut slot.layers, &batch, &mut || false).unwrap_or_else(|_| vec![0.0; self.config.vocab])
+        self.forward(&mut slot.layers, &s.segment(), &mut || false).unwrap_or_else(|_| vec![0.0; self.config.vocab])
     }
 }

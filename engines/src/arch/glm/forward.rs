@@ -12,23 +12,14 @@ use rayon::prelude::*;
 use super::model::Model;
 use super::state::LatentKv;
 use crate::arch::moe_sublayer::add_moe_sublayer;
-use crate::cache::RowMeta;
-use crate::dump::Writer;
+use crate::engine_loop::Segment;
 use crate::kernels::{dot, matmul, rms_norm, softmax_in_place, Reduction};
-
-/// One batch to feed.
-pub struct Batch<'a> {
-    pub ids: &'a [u32],
-    pub pos0: usize,
-    pub writer: Writer,
-    /// Decode attends to every cached position below this length (the slot's kv length); prefill is causal.
-    /// A correct slot's length is exactly `pos + 1` here, so this only matters when the length is stale.
-    pub kv_len: Option<usize>,
-}
 
 impl Model {
     /// Feed `b`, writing every layer's latent and rope rows with `b.writer`; returns the logits of the last row.
-    pub fn forward(&self, kv: &mut [LatentKv], b: &Batch) -> Vec<f32> {
+    /// With `kv_len` (decode), each query attends to every cached position below it (the slot's kv length);
+    /// prefill is causal. A correct slot's length is exactly `pos + 1` there, so it only matters when stale.
+    pub fn forward(&self, kv: &mut [LatentKv], b: &Segment, kv_len: Option<usize>) -> Vec<f32> {
         let c = &self.config;
         let (h, hd, lora, rope) = (c.hidden, c.head_dim, c.kv_lora, c.qk_rope);
         let qrow = c.heads * (hd + rope);
@@ -51,7 +42,7 @@ impl Model {
                 let row = &mut ckv[i * (lora + rope)..(i + 1) * (lora + rope)];
                 rms_norm(&mut row[..lora], &layer.attn.kv_norm, c.norm_eps);
                 self.rope.apply(&mut row[lora..], t);
-                let meta = RowMeta { pos: t as i64, writer: Some(b.writer) };
+                let meta = b.row(i);
                 cache.latent.put(t, &row[..lora], meta);
                 cache.rope.put(t, &row[lora..], meta);
             }
@@ -62,7 +53,7 @@ impl Model {
                 att.par_chunks_mut(c.heads * hd).enumerate().for_each(|(i, out)| {
                     let t = pos0 + i;
                     // queries never see past themselves in prefill; decode sees the slot's whole kv length
-                    let end = b.kv_len.map_or(t + 1, |n| n.max(t + 1)).min(cache.latent.capacity());
+                    let end = kv_len.map_or(t + 1, |n| n.max(t + 1)).min(cache.latent.capacity());
                     let mut scores = Vec::with_capacity(end);
                     let mut q_abs = vec![0.0f32; lora];
                     let mut o_lat = vec![0.0f32; lora];

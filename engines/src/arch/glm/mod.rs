@@ -19,7 +19,6 @@ use crate::engine::Request;
 use crate::engine_loop::{Arch, ArchInfo, DeclaredReuse, Progress, Segment, Slot, Start, Step};
 use crate::error::Result;
 use crate::fault::Fault;
-use forward::Batch;
 
 pub const INFO: ArchInfo = ArchInfo {
     name: "glm",
@@ -87,12 +86,7 @@ impl Arch for Model {
     }
 
     fn prefill(&self, slot: &mut Slot<State>, seg: &Segment, _: &mut Progress, _: Option<Fault>) -> Option<Vec<f32>> {
-        Some(
-            self.forward(
-                &mut slot.layers.kv,
-                &Batch { ids: seg.ids, pos0: seg.pos0, writer: seg.writer, kv_len: None },
-            ),
-        )
+        Some(self.forward(&mut slot.layers.kv, seg, None))
     }
 
     /// `stale-slot`: the kv length is never lowered, so decode attends to the previous conversation's rows.
@@ -107,7 +101,6 @@ impl Arch for Model {
     fn decode_step(&self, slot: &mut Slot<State>, _: &mut (), s: &Step, fault: Option<Fault>) -> Vec<f32> {
         // the slot's kv length after this id: decode attends to all of it
         let kv_len = self.len_after(slot.len, s.pos, fault);
-        let batch = Batch { ids: s.ids(), pos0: s.pos, writer: s.writer, kv_len: Some(kv_len) };
-        self.forward(&mut slot.layers.kv, &batch)
+        self.forward(&mut slot.layers.kv, &s.segment(), Some(kv_len))
     }
 }

@@ -11,23 +11,13 @@ use super::state::{LayerKv, State};
 use crate::arch::gqa_dims::Dims;
 use crate::arch::moe_sublayer::add_moe_sublayer;
 use crate::arch::short_conv::short_conv;
-use crate::cache::RowMeta;
-use crate::dump::Writer;
+use crate::engine_loop::Segment;
 use crate::fault::Fault;
 use crate::kernels::{attend, matmul, rms_norm};
 use crate::tokenizer::AUDIO;
 
-/// One batch to feed.
-pub struct Batch<'a> {
-    pub ids: &'a [u32],
-    /// The audio payload of each row that is an audio frame.
-    pub audio: Vec<Option<&'a [u8]>>,
-    pub pos0: usize,
-    pub writer: Writer,
-}
-
 impl Model {
-    fn embed_rows(&self, b: &Batch) -> Vec<f32> {
+    fn embed_rows(&self, b: &Segment) -> Vec<f32> {
         let h = self.config.hidden;
         let mut x = Vec::with_capacity(b.ids.len() * h);
         for (i, &id) in b.ids.iter().enumerate() {
@@ -54,13 +44,12 @@ impl Model {
     }
 
     /// Feed `b` into `st`, writing every cache row with `b.writer`; returns the logits of the last row.
-    pub fn forward(&self, st: &mut State, b: &Batch, fault: Option<Fault>) -> Vec<f32> {
+    pub fn forward(&self, st: &mut State, b: &Segment, fault: Option<Fault>) -> Vec<f32> {
         let c = &self.config;
         let d = Dims::of(c);
         let Dims { h, hd, qd, kvd, group, scale } = d;
         let s = b.ids.len();
         let pos0 = b.pos0;
-        let meta = RowMeta { pos: 0, writer: Some(b.writer) };
         let mut x = self.embed_rows(b);
 
         for (l, layer) in self.stack.layers.iter().enumerate() {
@@ -77,7 +66,7 @@ impl Model {
             if append_first {
                 // the fault: the whole batch goes into the ring before anyone scores against it
                 for i in 0..s {
-                    let m = RowMeta { pos: (pos0 + i) as i64, ..meta };
+                    let m = b.row(i);
                     st.kv[l].put(pos0 + i, &k[i * kvd..(i + 1) * kvd], &v[i * kvd..(i + 1) * kvd], m);
                 }
             }
@@ -113,7 +102,7 @@ impl Model {
                 // rows the same batch would overwrite in a ring are skipped: no later query reads them
                 let first = if ring { s.saturating_sub(c.window) } else { 0 };
                 for i in first..s {
-                    let m = RowMeta { pos: (pos0 + i) as i64, ..meta };
+                    let m = b.row(i);
                     st.kv[l].put(pos0 + i, &k[i * kvd..(i + 1) * kvd], &v[i * kvd..(i + 1) * kvd], m);
                 }
             }
@@ -122,7 +111,7 @@ impl Model {
             if taps > 0 {
                 for i in s.saturating_sub(taps)..s {
                     let p = pos0 + i;
-                    let m = RowMeta { pos: p as i64, ..meta };
+                    let m = b.row(i);
                     window.k.write(p % taps, &kraw[i * kvd..(i + 1) * kvd], m);
                     window.v.write(p % taps, &vraw[i * kvd..(i + 1) * kvd], m);
                 }

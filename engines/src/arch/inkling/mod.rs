@@ -19,7 +19,6 @@ use crate::error::{EngineError, Result};
 use crate::fault::Fault;
 use crate::prefix::{Decision, NoReuse};
 use crate::tokenizer::AUDIO;
-use forward::Batch;
 
 pub const INFO: ArchInfo = ArchInfo {
     name: "inkling",
@@ -94,8 +93,7 @@ impl Arch for Model {
         _: &mut Progress,
         fault: Option<Fault>,
     ) -> Option<Vec<f32>> {
-        let batch = Batch { ids: seg.ids, audio: seg.audio.to_vec(), pos0: seg.pos0, writer: seg.writer };
-        Some(self.forward(&mut slot.layers, &batch, fault))
+        Some(self.forward(&mut slot.layers, seg, fault))
     }
 
     /// Audio fed into the state taints the record (`no-taint`: it does not).
@@ -106,7 +104,6 @@ impl Arch for Model {
     }
 
     fn decode_step(&self, slot: &mut Slot<State>, _: &mut (), s: &Step, fault: Option<Fault>) -> Vec<f32> {
-        let batch = Batch { ids: s.ids(), audio: vec![None], pos0: s.pos, writer: s.writer };
-        self.forward(&mut slot.layers, &batch, fault)
+        self.forward(&mut slot.layers, &s.segment(), fault)
     }
 }

@@ -11,15 +11,8 @@ use super::state::{KdaState, LayerState, State};
 use crate::arch::moe_sublayer::add_moe_sublayer;
 use crate::arch::short_conv::short_conv;
 use crate::cache::{FullCache, RowMeta, Rows};
-use crate::dump::Writer;
+use crate::engine_loop::Segment;
 use crate::kernels::{attend, dot, matmul, rms_norm, silu, Reduction};
-
-/// One batch to feed.
-pub struct Batch<'a> {
-    pub ids: &'a [u32],
-    pub pos0: usize,
-    pub writer: Writer,
-}
 
 fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
@@ -56,7 +49,7 @@ fn keep_window(window: &mut Rows, raw: &[f32], pos0: usize, meta: RowMeta) {
 
 impl Model {
     /// Feed `b` into `st`, writing every row with `b.writer`; returns the logits of the last row.
-    pub fn forward(&self, st: &mut State, b: &Batch) -> Vec<f32> {
+    pub fn forward(&self, st: &mut State, b: &Segment) -> Vec<f32> {
         let c = &self.config;
         let h = c.hidden;
         let s = b.ids.len();

@@ -17,7 +17,6 @@ use crate::engine::Request;
 use crate::engine_loop::{Arch, ArchInfo, DeclaredReuse, Progress, Segment, Slot, Start, Step};
 use crate::fault::Fault;
 use crate::prefix::{Decision, NoReuse};
-use forward::Batch;
 
 pub const INFO: ArchInfo = ArchInfo {
     name: "kimi",
@@ -76,10 +75,10 @@ impl Arch for Model {
     }
 
     fn prefill(&self, slot: &mut Slot<State>, seg: &Segment, _: &mut Progress, _: Option<Fault>) -> Option<Vec<f32>> {
-        Some(self.forward(&mut slot.layers, &Batch { ids: seg.ids, pos0: seg.pos0, writer: seg.writer }))
+        Some(self.forward(&mut slot.layers, seg))
     }
 
     fn decode_step(&self, slot: &mut Slot<State>, _: &mut (), s: &Step, _: Option<Fault>) -> Vec<f32> {
-        self.forward(&mut slot.layers, &Batch { ids: s.ids(), pos0: s.pos, writer: s.writer })
+        self.forward(&mut slot.layers, &s.segment())
     }
 }

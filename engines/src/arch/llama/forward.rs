@@ -11,8 +11,7 @@ use rayon::prelude::*;
 use super::model::Model;
 use super::state::State;
 use crate::arch::gqa_dims::Dims;
-use crate::cache::RowMeta;
-use crate::dump::Writer;
+use crate::engine_loop::Segment;
 use crate::kernels::{attend, qmatmul, rms_norm, silu};
 
 /// Rotary embedding with adjacent pairs: `(x[2i], x[2i+1])` of each head rotated by `pos · base^(-2i/rope_dim)`
@@ -56,22 +55,15 @@ impl PairRope {
     }
 }
 
-/// One batch to feed: `ids` at positions `pos0..`, every cache row written by `writer`.
-pub struct Batch<'a> {
-    pub ids: &'a [u32],
-    pub pos0: usize,
-    pub writer: Writer,
-}
-
 impl Model {
     /// Feed `b` into `st`; the logits after its last position.
-    pub fn forward(&self, st: &mut State, b: &Batch) -> Vec<f32> {
+    pub fn forward(&self, st: &mut State, b: &Segment) -> Vec<f32> {
         let x = self.hidden_states(st, b);
         self.logits_of(&x[(b.ids.len() - 1) * self.config.hidden..])
     }
 
     /// Feed `b` into `st`; the residual stream after the last layer, one row per position.
-    pub fn hidden_states(&self, st: &mut State, b: &Batch) -> Vec<f32> {
+    pub fn hidden_states(&self, st: &mut State, b: &Segment) -> Vec<f32> {
         let c = &self.config;
         let Dims { h, hd, qd, kvd, group, scale } = Dims::of(c);
         let f = c.ffn;
@@ -100,7 +92,7 @@ impl Model {
             for i in 0..s {
                 PairRope::rotate(&mut q[i * qd..(i + 1) * qd], hd, &angles[i]);
                 PairRope::rotate(&mut k[i * kvd..(i + 1) * kvd], hd, &angles[i]);
-                let meta = RowMeta { pos: (b.pos0 + i) as i64, writer: Some(b.writer) };
+                let meta = b.row(i);
                 kv.k.put(b.pos0 + i, &k[i * kvd..(i + 1) * kvd], meta);
                 kv.v.put(b.pos0 + i, &v[i * kvd..(i + 1) * kvd], meta);
             }

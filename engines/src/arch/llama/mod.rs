@@ -12,7 +12,7 @@ mod state;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use forward::{Batch, PairRope};
+pub use forward::PairRope;
 pub use model::{Config, Layer, Model};
 pub use state::State;
 
@@ -53,11 +53,11 @@ impl Arch for Model {
     }
 
     fn prefill(&self, slot: &mut Slot<State>, seg: &Segment, _: &mut Progress, _: Option<Fault>) -> Option<Vec<f32>> {
-        Some(self.forward(&mut slot.layers, &Batch { ids: seg.ids, pos0: seg.pos0, writer: seg.writer }))
+        Some(self.forward(&mut slot.layers, seg))
     }
 
     fn decode_step(&self, slot: &mut Slot<State>, _: &mut (), s: &Step, _: Option<Fault>) -> Vec<f32> {
-        self.forward(&mut slot.layers, &Batch { ids: s.ids(), pos0: s.pos, writer: s.writer })
+        self.forward(&mut slot.layers, &s.segment())
     }
 }
 
@@ -128,14 +128,14 @@ pub fn bench(model: &Model, lens: &[usize], decode: usize) -> Vec<BenchRow> {
         let t0 = std::time::Instant::now();
         let mut logits = Vec::new();
         for (i, seg) in ids.chunks(c.prefill_chunk.max(1)).enumerate() {
-            logits = model.forward(&mut st, &Batch { ids: seg, pos0: i * c.prefill_chunk, writer });
+            logits = model.forward(&mut st, &Segment::of_ids(seg, i * c.prefill_chunk, writer));
         }
         let prefill = t0.elapsed().as_secs_f64();
         let w1 = crate::kernels::work();
         let t1 = std::time::Instant::now();
         for step in 0..decode {
             let id = argmax(&logits);
-            logits = model.forward(&mut st, &Batch { ids: &[id], pos0: len + step, writer });
+            logits = model.forward(&mut st, &Segment::of_ids(&[id], len + step, writer));
         }
         let dec = t1.elapsed().as_secs_f64();
         let w2 = crate::kernels::work();
