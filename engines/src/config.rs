@@ -210,6 +210,8 @@ pub trait ArchConfig:
     fn validate(&self) -> std::result::Result<(), String> {
         self.base().validate()
     }
+    /// What feeding one position costs a model of this shape (the flops a report expects a turn to take).
+    fn cost(&self) -> crate::arch::cost::ModelCost;
 }
 
 /// The field list the model hash is taken over: every arch's options in one flat record, each option an arch

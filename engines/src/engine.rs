@@ -145,6 +145,10 @@ pub struct EngineInfo {
     pub fault: Option<String>,
     /// Short hash of config + weights; equal hashes mean equal models.
     pub model_hash: String,
+    /// What feeding one position costs the model, when the engine knows (every bundled engine does): growth
+    /// curves show the time a turn is expected to take beside the measured one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<crate::arch::cost::ModelCost>,
 }
 
 #[cfg(test)]
@@ -165,6 +169,7 @@ impl EngineInfo {
             initial_capacity: 16,
             fault: None,
             model_hash: "0".into(),
+            cost: None,
         }
     }
 }

@@ -258,6 +258,8 @@ pub trait Arch: Send + Sync + Sized + 'static {
     fn config(&self) -> &BaseConfig;
     /// Short hash of config + weights.
     fn hash(&self) -> &str;
+    /// What feeding one position costs the model (`ArchConfig::cost` of its config).
+    fn cost(&self) -> crate::arch::cost::ModelCost;
     /// A fresh slot's layers, sized for `config().initial_capacity` positions.
     fn new_layers(&self) -> Self::Layers;
 
@@ -386,6 +388,10 @@ macro_rules! model_parts {
         fn hash(&self) -> &str {
             &self.hash
         }
+
+        fn cost(&self) -> $crate::arch::cost::ModelCost {
+            $crate::config::ArchConfig::cost(&self.config)
+        }
     };
 }
 
@@ -462,6 +468,7 @@ impl<A: Arch> Engine for BundledEngine<A> {
             initial_capacity: c.initial_capacity,
             fault: self.fault.map(|f| f.name().to_string()),
             model_hash: self.arch.hash().to_string(),
+            cost: Some(self.arch.cost()),
         })
     }
 

@@ -93,6 +93,13 @@ fn rows_of(s: &Summary, unix: u64, label: &str) -> Vec<HistoryRow> {
             push(n, "ideal_speedup", g.ideal_speedup);
             push(n, "prefill_speedup", g.prefill_speedup);
             push(n, "speedup_of_ideal", g.speedup_of_ideal);
+            push(n, "speedup_of_token_ideal", g.speedup_of_token_ideal);
+            if let Some(x) = g.cost_ideal_speedup {
+                push(n, "cost_ideal_speedup", x);
+            }
+            if let Some(x) = g.expected_warm_ratio {
+                push(n, "expected_warm_ratio", x);
+            }
             push(n, "warm_last_ms", g.warm_last_ms);
             push(n, "cold_last_ms", g.cold_last_ms);
         }

@@ -500,6 +500,7 @@ mod tests {
             initial_capacity: 16,
             fault: None,
             model_hash: String::new(),
+            cost: None,
         };
         let mut caps = crate::cases::boundary_matrix::tests::caps(None);
         assert_eq!(rule_for(&info, &caps), Some(INK));
@@ -574,6 +575,7 @@ mod tests {
             initial_capacity: 16,
             fault: None,
             model_hash: String::new(),
+            cost: None,
         };
         let mut caps = crate::cases::boundary_matrix::tests::caps(None);
         assert_eq!(rule_for(&info, &caps), None);

@@ -46,6 +46,9 @@ struct Row {
     cold_prefilled: usize,
     warm_wall_ms: f64,
     cold_wall_ms: f64,
+    expected_warm_prefill_flops: Option<f64>,
+    expected_cold_prefill_flops: Option<f64>,
+    expected_decode_flops: Option<f64>,
 }
 
 fn rows(run: &Path) -> Vec<Row> {
@@ -91,6 +94,60 @@ fn a_clean_curve_writes_the_csv_and_plots_and_passes() {
     let junit = std::fs::read_to_string(out.join("junit.xml")).expect("junit");
     assert!(junit.contains("name=\"growth assertions (warm "), "{junit}");
     assert!(!junit.contains("<failure"), "{junit}");
+}
+
+/// The turn's cost as the model's own description gives it, for a turn of `context` tokens, `reused` of them
+/// reused, 8 reply tokens (7 decode steps).
+fn cost_of(context: usize, reused: usize) -> (f64, f64, f64) {
+    use kvproof_engines::config::{ArchConfig, Preset};
+    let cost = kvproof_engines::arch::inkling::Config::preset(Preset::Tiny).cost();
+    (cost.flops(reused, context), cost.flops(0, context), cost.flops(context, context + 7))
+}
+
+#[test]
+fn the_models_expected_cost_shows_beside_the_measured_one() {
+    let dir = tmp("expected");
+    let (o, out) = run(&dir, "run", &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    for r in rows(&out) {
+        let (warm, cold, decode) = cost_of(r.context, r.reused);
+        assert!(r.reused == 0 || (warm > 0.0 && cold > warm), "turn {}", r.turn);
+        assert_eq!(r.expected_warm_prefill_flops, Some(warm), "turn {}", r.turn);
+        assert_eq!(r.expected_cold_prefill_flops, Some(cold), "turn {}", r.turn);
+        assert_eq!(r.expected_decode_flops, Some(decode), "turn {}", r.turn);
+    }
+    let md = std::fs::read_to_string(out.join("summary.md")).expect("summary");
+    assert!(md.contains("| expected warm ratio |") && md.contains("ideal: model cost / tokens"), "{md}");
+    let row = md.lines().find(|l| l.starts_with("| tiny-growth | ") && l.contains(" → ")).expect("growth row");
+    assert!(!row.contains("unknown"), "a bundled engine reports its cost: {row}");
+    let html = std::fs::read_to_string(out.join("index.html")).expect("index.html");
+    assert!(html.contains("<th>expected warm ratio</th>") && html.contains("ideal: model cost / tokens"), "{html}");
+    let junit = std::fs::read_to_string(out.join("junit.xml")).expect("junit");
+    assert!(junit.contains("% of model-cost ideal speedup"), "{junit}");
+
+    // a report rebuilt from the records alone shows the same numbers
+    let o = kvproof().arg("report").arg(&out).output().expect("report");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(out.join("summary.md")).expect("summary"), md);
+}
+
+#[test]
+fn an_engine_that_reports_no_cost_shows_the_expected_column_unknown() {
+    let dir = tmp("stdio");
+    let p = dir.join("stdio.json");
+    let scenario = std::fs::read_to_string(scenario(&dir)).expect("scenario");
+    let scenario = scenario.replace(r#""seed": 0 }"#, r#""seed": 0, "via": "stdio" }"#);
+    assert!(scenario.contains("stdio"), "{scenario}");
+    std::fs::write(&p, scenario).expect("write");
+    let out = dir.join("run");
+    let o = kvproof().arg("run").arg(&p).arg("--out").arg(&out).output().expect("run");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(rows(&out).iter().all(|r| r.expected_warm_prefill_flops.is_none()));
+    let md = std::fs::read_to_string(out.join("summary.md")).expect("summary");
+    let row = md.lines().find(|l| l.starts_with("| tiny-growth | ") && l.contains(" → ")).expect("growth row");
+    assert!(row.contains("| unknown |"), "{row}");
+    let junit = std::fs::read_to_string(out.join("junit.xml")).expect("junit");
+    assert!(junit.contains("expected unknown") && junit.contains("% of token ideal speedup"), "{junit}");
 }
 
 #[test]

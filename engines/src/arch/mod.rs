@@ -8,6 +8,7 @@ pub mod kimi;
 pub mod llama;
 
 mod checkpoint_layout;
+pub mod cost;
 mod gqa_dims;
 mod gqa_proj;
 pub(crate) mod model_hash;

@@ -51,6 +51,7 @@ fn fuzz_engine_info() -> EngineInfo {
         initial_capacity: 64,
         fault: None,
         model_hash: String::new(),
+        cost: None,
     }
 }
 

@@ -514,6 +514,7 @@ mod tests {
                 initial_capacity: 8,
                 fault: None,
                 model_hash: "e".into(),
+                cost: None,
             }
         }
         fn generate(&mut self, req: &Request, observer: &mut dyn Observer) -> Result<Reply, EngineError> {

@@ -202,6 +202,7 @@ pub(crate) mod tests {
             initial_capacity: 64,
             fault: None,
             model_hash: "x".into(),
+            cost: None,
         }
     }
 

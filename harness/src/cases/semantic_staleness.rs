@@ -239,6 +239,7 @@ mod tests {
             initial_capacity: 64,
             fault: None,
             model_hash: "test".into(),
+            cost: None,
         }
     }
 

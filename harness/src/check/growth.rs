@@ -1,11 +1,13 @@
 //! A growth curve judged: the least-squares slope of per-turn wall time against context, the warm and cold
-//! last/first ratios, the share of prompt tokens reused and the prefill speedup against the ideal (cold prefilled
-//! / warm prefilled tokens), each held against the scenario's growth assertions. Computed from the `growth` field
-//! of the trial records alone, so a rebuilt report reaches the same verdict.
+//! last/first ratios, the share of prompt tokens reused and the prefill speedup against the ideal, each held
+//! against the scenario's growth assertions. The ideal is the model's: cold / warm prefill flops of the cost the
+//! engine reports (a warm position attends over the whole context, so counting tokens overstates what reuse can
+//! buy); an engine that reports no cost is judged against cold / warm prefilled tokens. Computed from the `growth`
+//! field of the trial records alone, so a rebuilt report reaches the same verdict.
 
 use super::{reuse, tokens};
 use crate::driver::Generation;
-use crate::record::{CheckName, CheckResult, GrowthStats, GrowthTurn, TrialRecord};
+use crate::record::{CheckName, CheckResult, GrowthStats, GrowthTurn, TrialRecord, TurnCost};
 use crate::scenario::Assertions;
 
 /// Least-squares line through `pts`: (slope, intercept); `None` with fewer than two distinct x.
@@ -62,6 +64,18 @@ pub fn analyze(turns: &[GrowthTurn], a: &Assertions) -> Result<GrowthStats, Stri
     let sum = |f: fn(&GrowthTurn) -> f64| cmp.iter().map(|t| f(t)).sum::<f64>();
     let ideal = ratio(sum(|t| t.cold.prefilled as f64), sum(|t| t.warm.prefilled as f64).max(1.0));
     let prefill_speedup = ratio(sum(|t| t.cold.prefill_ms), sum(|t| t.warm.prefill_ms));
+    // the model's cost, only when every turn carries it (a curve is one engine: all or none do)
+    let costs: Option<Vec<TurnCost>> = cmp.iter().map(|t| t.expected).collect();
+    let cost_ideal = costs.as_ref().map(|c| {
+        let (cold, warm) = c.iter().fold((0.0, 0.0), |(a, b), t| (a + t.cold_prefill_flops, b + t.warm_prefill_flops));
+        ratio(cold, warm)
+    });
+    let expected = costs.as_ref().and_then(|c| {
+        // the expected warm time of each turn: its cost, scaled so turn 2 takes what it measured
+        let scale = ratio(first.warm.wall_ms, c[0].warm_flops());
+        let pts: Vec<(f64, f64)> = cmp.iter().zip(c).map(|(t, k)| (t.context as f64, scale * k.warm_flops())).collect();
+        (scale > 0.0).then(|| fit(&pts))
+    });
     let mut s = GrowthStats {
         turns: turns.len(),
         context_first: first.context,
@@ -78,9 +92,13 @@ pub fn analyze(turns: &[GrowthTurn], a: &Assertions) -> Result<GrowthStats, Stri
         cold_slope_ms_per_ktok: cold_slope,
         reuse_fraction: ratio(sum(|t| t.reused as f64), sum(|t| t.context as f64)),
         ideal_speedup: ideal,
+        cost_ideal_speedup: cost_ideal,
+        expected_warm_ratio: expected.map(|e| e.1),
+        expected_warm_slope_ms_per_ktok: expected.map(|e| e.0),
         prefill_speedup,
         wall_speedup: ratio(sum(|t| t.cold.wall_ms), sum(|t| t.warm.wall_ms)),
-        speedup_of_ideal: ratio(prefill_speedup, ideal),
+        speedup_of_token_ideal: ratio(prefill_speedup, ideal),
+        speedup_of_ideal: ratio(prefill_speedup, cost_ideal.unwrap_or(ideal)),
         violations: Vec::new(),
     };
     s.violations = violations(&s, a);
@@ -112,12 +130,14 @@ fn violations(s: &GrowthStats, a: &Assertions) -> Vec<String> {
     }
     if let Some(min) = a.min_speedup_of_ideal {
         if s.speedup_of_ideal < min {
+            let (ideal, basis) = match s.cost_ideal_speedup {
+                Some(c) => (c, "cold / warm prefill flops of the model's cost"),
+                None => (s.ideal_speedup, "cold / warm prefilled tokens; the engine reports no cost"),
+            };
             v.push(format!(
-                "prefill speedup {:.2}x is {:.0}% of the ideal {:.2}x (cold / warm prefilled tokens); at least {:.0}% \
-                 required",
+                "prefill speedup {:.2}x is {:.0}% of the ideal {ideal:.2}x ({basis}); at least {:.0}% required",
                 s.prefill_speedup,
                 100.0 * s.speedup_of_ideal,
-                s.ideal_speedup,
                 100.0 * min
             ));
         }
@@ -208,6 +228,7 @@ pub fn turn_checks(
 mod tests {
     use super::*;
     use crate::record::{median, Timing};
+    use kvproof_engines::arch::cost::{ModelCost, Reach};
 
     fn turn(turn: usize, context: usize, reused: usize, warm_ms: f64, cold_ms: f64) -> GrowthTurn {
         let side = |prefilled: usize, ms: f64| Timing {
@@ -228,6 +249,7 @@ mod tests {
             emitted: 16,
             warm: side(context - reused, warm_ms),
             cold: side(context, cold_ms),
+            expected: None,
         }
     }
 
@@ -276,6 +298,84 @@ mod tests {
         let ctx_sum: usize = (2..=12).map(|t| 270 + 250 * (t - 1)).sum();
         assert!((s.ideal_speedup - ctx_sum as f64 / (250.0 * 11.0)).abs() < 1e-9);
         assert!(s.violations.is_empty(), "{:?}", s.violations);
+        // no cost reported: nothing expected, and the token ideal is the one judged
+        assert_eq!(
+            (s.cost_ideal_speedup, s.expected_warm_ratio, s.expected_warm_slope_ms_per_ktok),
+            (None, None, None)
+        );
+        assert_eq!(s.speedup_of_ideal, s.speedup_of_token_ideal);
+    }
+
+    /// A model of 1000 flops a position plus 4 a key over the whole context.
+    fn full_attention() -> ModelCost {
+        let mut m = ModelCost { token_flops: 1000, attention: Vec::new() };
+        m.attend(Reach::Full, 4);
+        m
+    }
+
+    /// The flat curve's turns on `full_attention`, every side taking exactly its cost at 1 ms per 10⁵ flops, plus
+    /// `warm_overhead_ms` on every warm prefill.
+    fn curve_at_cost(warm_overhead_ms: f64) -> Vec<GrowthTurn> {
+        let cost = full_attention();
+        flat_curve()
+            .into_iter()
+            .map(|mut t| {
+                let e = TurnCost::of(&cost, t.context, t.reused, t.emitted);
+                let decode_ms = e.decode_flops / 1e5;
+                t.warm.prefill_ms = e.warm_prefill_flops / 1e5 + warm_overhead_ms;
+                t.warm.wall_ms = t.warm.prefill_ms + decode_ms;
+                t.cold.prefill_ms = e.cold_prefill_flops / 1e5;
+                t.cold.wall_ms = t.cold.prefill_ms + decode_ms;
+                t.expected = Some(e);
+                t
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_engine_at_the_models_cost_reaches_the_cost_ideal_not_the_token_one() {
+        let a = Assertions { min_speedup_of_ideal: Some(0.9), ..Assertions::default() };
+        let s = analyze(&curve_at_cost(0.0), &a).expect("stats");
+        let cost = s.cost_ideal_speedup.expect("every turn carries its cost");
+        // a warm position attends over the whole context: reuse buys less than the token count says
+        assert!(cost < s.ideal_speedup, "{cost} vs {}", s.ideal_speedup);
+        assert!((s.speedup_of_ideal - 1.0).abs() < 1e-9, "{}", s.speedup_of_ideal);
+        assert!(s.speedup_of_token_ideal < 0.9, "{}", s.speedup_of_token_ideal);
+        assert!(s.violations.is_empty(), "{:?}", s.violations);
+        // the warm curve grows exactly as the cost does, so expected and measured agree
+        let expected = s.expected_warm_ratio.expect("expected ratio");
+        assert!(expected > 1.5 && (expected - s.warm_ratio).abs() < 1e-9, "{expected} vs {}", s.warm_ratio);
+        let slope = s.expected_warm_slope_ms_per_ktok.expect("expected slope");
+        assert!((slope - s.warm_slope_ms_per_ktok).abs() < 1e-6, "{slope} vs {}", s.warm_slope_ms_per_ktok);
+    }
+
+    #[test]
+    fn waste_on_every_warm_request_fails_the_cost_ideal() {
+        // 5 ms a warm request beyond the model's arithmetic (a warm prefill here takes 8 to 33 ms)
+        let a = Assertions { min_speedup_of_ideal: Some(0.9), ..Assertions::default() };
+        let s = analyze(&curve_at_cost(5.0), &a).expect("stats");
+        assert!(s.speedup_of_ideal < 0.9, "{}", s.speedup_of_ideal);
+        assert_eq!(s.violations.len(), 1, "{:?}", s.violations);
+        assert!(s.violations[0].contains("(cold / warm prefill flops of the model's cost)"), "{}", s.violations[0]);
+        // the expected growth does not move: it is the model's, whatever the engine wastes
+        let clean = analyze(&curve_at_cost(0.0), &a).expect("stats");
+        let (wasteful, exact) = (s.expected_warm_ratio.expect("ratio"), clean.expected_warm_ratio.expect("ratio"));
+        assert!((wasteful - exact).abs() < 1e-9, "{wasteful} vs {exact}");
+    }
+
+    #[test]
+    fn a_curve_with_a_turn_without_cost_falls_back_to_the_token_ideal() {
+        let mut v = curve_at_cost(0.0);
+        v[5].expected = None;
+        let a = Assertions { min_speedup_of_ideal: Some(0.99), ..Assertions::default() };
+        let s = analyze(&v, &a).expect("stats");
+        assert_eq!((s.cost_ideal_speedup, s.expected_warm_ratio), (None, None));
+        assert_eq!(s.speedup_of_ideal, s.speedup_of_token_ideal);
+        assert!(
+            s.violations[0].contains("cold / warm prefilled tokens; the engine reports no cost"),
+            "{:?}",
+            s.violations
+        );
     }
 
     #[test]

@@ -668,6 +668,7 @@ impl HttpLauncher {
             initial_capacity: usize::MAX,
             fault: None,
             model_hash: String::new(),
+            cost: None,
         });
         info.slots = slots;
 

@@ -124,6 +124,8 @@ fn info_from_caps(caps: &serve::Caps) -> EngineInfo {
         initial_capacity: caps.number("initial_capacity").unwrap_or(usize::MAX),
         fault: caps.fault().map(str::to_string),
         model_hash: caps.get("model").unwrap_or("").to_string(),
+        // CAPS carries no cost model: a growth curve of a stdio engine is judged against the token ideal
+        cost: None,
     }
 }
 

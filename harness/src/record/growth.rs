@@ -1,5 +1,6 @@
 //! One turn of a growth curve as records carry it: context, reuse, and the medians of its warm and cold runs.
 
+use kvproof_engines::arch::cost::ModelCost;
 use serde::{Deserialize, Serialize};
 
 /// One side (warm or cold) of one turn: medians over its repeats.
@@ -78,6 +79,38 @@ pub struct GrowthTurn {
     pub emitted: usize,
     pub warm: Timing,
     pub cold: Timing,
+    /// What the model's cost puts on this turn; absent when the engine reports no cost (`EngineInfo::cost`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<TurnCost>,
+}
+
+/// The flops the model's cost puts on one turn (`ModelCost::flops`): what a turn must take, whatever the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TurnCost {
+    /// Prefilling what the warm instance prefilled: positions `reused..context`.
+    pub warm_prefill_flops: f64,
+    /// Prefilling the whole transcript, as a cold instance does: positions `0..context`.
+    pub cold_prefill_flops: f64,
+    /// The reply's decode steps: positions `context..context + emitted - 1` (the first token comes out of prefill).
+    pub decode_flops: f64,
+}
+
+impl TurnCost {
+    /// The cost of a turn of `context` prompt tokens, `reused` of them reused by the warm instance, `emitted` reply
+    /// tokens.
+    pub fn of(cost: &ModelCost, context: usize, reused: usize, emitted: usize) -> Self {
+        let decode_end = context + emitted.saturating_sub(1);
+        TurnCost {
+            warm_prefill_flops: cost.flops(reused.min(context), context),
+            cold_prefill_flops: cost.flops(0, context),
+            decode_flops: cost.flops(context, decode_end),
+        }
+    }
+
+    /// The warm instance's whole turn: its prefill and the reply's decode.
+    pub fn warm_flops(&self) -> f64 {
+        self.warm_prefill_flops + self.decode_flops
+    }
 }
 
 /// What a growth curve adds up to. Turn 1 has nothing to reuse (warm and cold both prefill everything), so every
@@ -109,13 +142,30 @@ pub struct GrowthStats {
     /// Reused / prompt tokens, summed over the turns.
     pub reuse_fraction: f64,
     /// Cold prefilled tokens / warm prefilled tokens, summed over the turns: the speedup if prefill time were
-    /// proportional to prefilled tokens.
+    /// proportional to prefilled tokens. It overstates what reuse can buy: a warm position attends over the whole
+    /// context, a cold one on average over half of it.
     pub ideal_speedup: f64,
+    /// Cold prefill flops / warm prefill flops of the model's cost, summed over the turns: the speedup reuse buys
+    /// when every position costs what the model's arithmetic says. `None`: the engine reports no cost.
+    #[serde(default)]
+    pub cost_ideal_speedup: Option<f64>,
+    /// The last/first ratio of the least-squares line of the expected warm per-turn cost (prefill and decode
+    /// flops) against context: the growth the model itself puts on a warm turn, beside `warm_ratio`.
+    #[serde(default)]
+    pub expected_warm_ratio: Option<f64>,
+    /// The slope of the expected warm per-turn time (the cost scaled so turn 2 takes its measured time), in ms per
+    /// 1000 tokens of context, beside `warm_slope_ms_per_ktok`.
+    #[serde(default)]
+    pub expected_warm_slope_ms_per_ktok: Option<f64>,
     /// Cold prefill time / warm prefill time, summed over the turns.
     pub prefill_speedup: f64,
     /// Cold wall time / warm wall time (prefill and decode), summed over the turns.
     pub wall_speedup: f64,
-    /// prefill_speedup / ideal_speedup.
+    /// prefill_speedup / ideal_speedup (the token ideal).
+    #[serde(default)]
+    pub speedup_of_token_ideal: f64,
+    /// prefill_speedup / the ideal the assertion judges: `cost_ideal_speedup` when the engine reports its cost,
+    /// else `ideal_speedup`.
     pub speedup_of_ideal: f64,
     /// The scenario's growth assertions that failed, each as a sentence.
     pub violations: Vec<String>,

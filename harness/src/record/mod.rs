@@ -20,7 +20,7 @@ pub use agent::{AgentStep, AgentTurn, Assertion, AssertionResult, RerenderReuse,
 pub use agentic_stats::{AgenticStats, AssertionRate, TaskStats, TrajectoryStats};
 pub use check_result::{CheckName, CheckResult, Status, Verdict};
 pub use divergence::{show_piece, Divergence};
-pub use growth::{median, GrowthStats, GrowthTurn, Run, Timing};
+pub use growth::{median, GrowthStats, GrowthTurn, Run, Timing, TurnCost};
 pub use manifest::{stamp, unix_now, Machine, Manifest, ScenarioEntry};
 pub use provenance_ref::ProvenanceRef;
 pub use shard_info::{set_identity, ScenarioTotals, ShardInfo};

@@ -1,9 +1,9 @@
 //! Growth-curve numbers. Per turn of a growing conversation: what the warm instance (reusing its state) and a cold
 //! one (given the whole transcript) prefilled, and how long each took (medians over repeats). Over the turns: the
-//! least-squares slope of per-turn wall time against context length, the last/first ratio, the share of prompt
-//! tokens reused, and the speedup reuse bought against the ideal one (cold prefilled tokens / warm prefilled
-//! tokens). Everything is derived from the `growth` field of results.jsonl, so a rebuilt report has the same
-//! numbers and the same verdict.
+//! least-squares slope of per-turn wall time against context length, the last/first ratio beside the one the
+//! model's cost expects, the share of prompt tokens reused, and the speedup reuse bought against the ideal (cold /
+//! warm prefill flops of the model's cost, and cold / warm prefilled tokens). Everything is derived from the
+//! `growth` field of results.jsonl, so a rebuilt report has the same numbers and the same verdict.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -46,6 +46,10 @@ struct CsvRow<'a> {
     cold_wall_max_ms: f64,
     cold_prefill_tok_s: Option<f64>,
     cold_decode_tok_s: Option<f64>,
+    /// The model's cost of the turn in flops (empty when the engine reports none).
+    expected_warm_prefill_flops: Option<f64>,
+    expected_cold_prefill_flops: Option<f64>,
+    expected_decode_flops: Option<f64>,
 }
 
 /// Write `growth.csv` (one row per turn of every growth scenario); no file when the run has none.
@@ -79,9 +83,17 @@ pub fn write_csv(dir: &Path, trials: &[TrialRecord]) -> Result<bool, ReportError
             cold_wall_max_ms: g.cold.wall_max_ms,
             cold_prefill_tok_s: g.cold.prefill_tok_s(),
             cold_decode_tok_s: g.cold.decode_tok_s(g.emitted),
+            expected_warm_prefill_flops: g.expected.map(|e| e.warm_prefill_flops),
+            expected_cold_prefill_flops: g.expected.map(|e| e.cold_prefill_flops),
+            expected_decode_flops: g.expected.map(|e| e.decode_flops),
         })
         .collect();
     super::write_csv_rows(dir, GROWTH_CSV, rows)
+}
+
+/// `x` with `digits` decimals and `unit`, or "unknown" (the engine reports no cost).
+pub fn or_unknown(x: Option<f64>, digits: usize, unit: &str) -> String {
+    x.map_or_else(|| "unknown".to_string(), |v| format!("{v:.digits$}{unit}"))
 }
 
 /// The growth section of summary.md: one row per growth scenario.
@@ -93,17 +105,22 @@ pub fn markdown(rows: &[(&str, &GrowthStats)]) -> String {
     md.push_str(
         "\n## Growth curves\n\nPer-turn wall time (median of repeats) from turn 2, the first turn with something to \
          reuse, to the last. The warm ratio is last/first of the least-squares line of wall time against context \
-         (raw last/first of the two turns' medians in brackets); the cold ratio is last/first of the medians.\n\n\
-         | scenario | context (tokens) | warm ms, ratio | cold ms, ratio | slope warm / cold (ms per 1k tokens) | \
-         reused | prefill speedup / ideal | assertions |\n\
-         |---|---|---|---|---|---|---|---|\n",
+         (raw last/first of the two turns' medians in brackets); the cold ratio is last/first of the medians. \
+         *Expected* is what the model's own cost (flops of its weights and of attention over the context the engine \
+         reports) puts on a warm turn: growth up to it is the model's, growth beyond it is the engine's. The prefill \
+         speedup is held against the model-cost ideal (cold / warm prefill flops) when the engine reports its cost, \
+         else against the token ideal (cold / warm prefilled tokens), which overstates what reuse can buy.\n\n\
+         | scenario | context (tokens) | warm ms, ratio | expected warm ratio | cold ms, ratio | \
+         slope warm / expected / cold (ms per 1k tokens) | reused | prefill speedup | ideal: model cost / tokens | \
+         of ideal | assertions |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (name, s) in rows {
         let verdict = if s.violations.is_empty() { "pass".to_string() } else { "**FAIL**".to_string() };
         let _ = writeln!(
             md,
-            "| {name} | {} → {} ({:.1}x) | {:.0} → {:.0}, **{:.2}x** ({:.2}x) | {:.0} → {:.0}, **{:.2}x** | \
-             {:.1} / {:.1} | {:.1}% | {:.2}x / {:.2}x ({:.0}%) | {verdict} |",
+            "| {name} | {} → {} ({:.1}x) | {:.0} → {:.0}, **{:.2}x** ({:.2}x) | {} | {:.0} → {:.0}, **{:.2}x** | \
+             {:.1} / {} / {:.1} | {:.1}% | {:.2}x | {} / {:.2}x | **{:.0}%** | {verdict} |",
             s.context_first,
             s.context_last,
             s.context_growth,
@@ -111,13 +128,16 @@ pub fn markdown(rows: &[(&str, &GrowthStats)]) -> String {
             s.warm_last_ms,
             s.warm_ratio,
             s.warm_raw_ratio,
+            or_unknown(s.expected_warm_ratio, 2, "x"),
             s.cold_first_ms,
             s.cold_last_ms,
             s.cold_ratio,
             s.warm_slope_ms_per_ktok,
+            or_unknown(s.expected_warm_slope_ms_per_ktok, 1, ""),
             s.cold_slope_ms_per_ktok,
             100.0 * s.reuse_fraction,
             s.prefill_speedup,
+            or_unknown(s.cost_ideal_speedup, 2, "x"),
             s.ideal_speedup,
             100.0 * s.speedup_of_ideal,
         );

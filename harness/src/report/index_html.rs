@@ -107,6 +107,7 @@ fn reasons(summary: &Summary) -> Vec<Value> {
 }
 
 fn growth_rows(summary: &Summary) -> Vec<Value> {
+    use super::growth::or_unknown;
     summary
         .scenarios
         .iter()
@@ -121,6 +122,9 @@ fn growth_rows(summary: &Summary) -> Vec<Value> {
                 warm_last_ms => format!("{:.0}", g.warm_last_ms),
                 warm_ratio => format!("{:.2}", g.warm_ratio),
                 warm_raw_ratio => format!("{:.2}", g.warm_raw_ratio),
+                expected_warm_ratio => or_unknown(g.expected_warm_ratio, 2, "x"),
+                expected_warm_slope => or_unknown(g.expected_warm_slope_ms_per_ktok, 1, ""),
+                cost_ideal_speedup => or_unknown(g.cost_ideal_speedup, 2, "x"),
                 cold_first_ms => format!("{:.0}", g.cold_first_ms),
                 cold_last_ms => format!("{:.0}", g.cold_last_ms),
                 cold_ratio => format!("{:.2}", g.cold_ratio),
@@ -130,6 +134,7 @@ fn growth_rows(summary: &Summary) -> Vec<Value> {
                 prefill_speedup => format!("{:.2}", g.prefill_speedup),
                 ideal_speedup => format!("{:.2}", g.ideal_speedup),
                 speedup_of_ideal => format!("{:.0}", 100.0 * g.speedup_of_ideal),
+                speedup_of_token_ideal => format!("{:.0}", 100.0 * g.speedup_of_token_ideal),
                 wall_speedup => format!("{:.2}", g.wall_speedup),
                 pass => g.violations.is_empty(),
             }

@@ -65,9 +65,12 @@ fn trial_case(scenario: &str, t: &TrialRecord) -> TestCase {
 
 /// The testcase of a growth scenario's assertions, its name carrying the measured numbers.
 fn growth_case(scenario: &str, g: &GrowthStats) -> TestCase {
+    let ideal = if g.cost_ideal_speedup.is_some() { "model-cost ideal" } else { "token ideal" };
     let name = format!(
-        "growth assertions (warm {:.2}x, cold {:.2}x over {:.1}x context, {:.0}% of ideal speedup, {:.1}% reused)",
+        "growth assertions (warm {:.2}x, expected {}, cold {:.2}x over {:.1}x context, {:.0}% of {ideal} speedup, \
+         {:.1}% reused)",
         g.warm_ratio,
+        super::growth::or_unknown(g.expected_warm_ratio, 2, "x"),
         g.cold_ratio,
         g.context_growth,
         100.0 * g.speedup_of_ideal,

@@ -15,7 +15,7 @@ use crate::check::{self, growth::turn_checks, tokens};
 use crate::driver::Generation;
 use crate::oracle::{fed_ids, Outcome};
 use crate::progress::Progress;
-use crate::record::{GrowthTurn, Run, Sink, Timing, TrialRecord, TrialTimings};
+use crate::record::{GrowthTurn, Run, Sink, Timing, TrialRecord, TrialTimings, TurnCost};
 use crate::scenario::{GrowthParams, Params};
 
 fn ms(d: std::time::Duration) -> f64 {
@@ -109,6 +109,7 @@ fn run_plan(
     let launcher = p.launcher.as_ref();
     let rule = crate::oracle::rule_for(launcher.info(), launcher.caps());
     let no_rule = crate::oracle::no_rule(launcher.info());
+    let cost = launcher.info().cost.clone();
     let mut inst = Instances::new(launcher, sink, &p.scenario.name, &plan.name, plan_index);
     let mut ps = PlanState::new(plan, rule, 0);
     let turns = plan.steps.len();
@@ -200,6 +201,7 @@ fn run_plan(
             emitted: w0.tokens.len(),
             warm,
             cold,
+            expected: cost.as_ref().map(|c| TurnCost::of(c, prompt_len, reused, w0.tokens.len())),
         });
         records.push(record);
     }

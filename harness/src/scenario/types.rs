@@ -125,7 +125,8 @@ pub struct Assertions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("exclusiveMinimum" = 0))]
     pub min_cold_ratio: Option<f64>,
-    /// growth-curve: the prefill speedup is at least this fraction of the ideal (cold / warm prefilled tokens).
+    /// growth-curve: the prefill speedup is at least this fraction of the ideal: cold / warm prefill flops of the
+    /// model's cost when the engine reports it (every bundled engine does), else cold / warm prefilled tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("exclusiveMinimum" = 0))]
     pub min_speedup_of_ideal: Option<f64>,

@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::arch::checkpoint_layout::Stack;
+use crate::arch::cost::{self, ModelCost, Reach};
 use crate::arch::qk_norm_attn::QkNormProj;
 use crate::config::{check_positive, preset_window, ArchConfig, BaseConfig, Preset};
 use crate::error::Result;
@@ -43,6 +44,20 @@ impl ArchConfig for Config {
                 ("compress_ratio", self.compress_ratio, "the compression"),
             ],
         )
+    }
+
+    /// Every layer: GQA projections, the compressor's two projections, the MoE; attention over the window of raw
+    /// rows plus the layer's compressed rows.
+    fn cost(&self) -> ModelCost {
+        let mut m = ModelCost::default();
+        let kvd = self.kv_heads * self.head_dim;
+        for l in 0..self.layers {
+            let coff = 1 + usize::from(layer_overlap(self, l));
+            m.token_flops += cost::gqa_proj(self) + 2 * cost::matmul(self.hidden, coff * kvd) + cost::moe(self);
+            m.attend(Reach::Window(self.window), cost::gqa_key(self));
+            m.attend(Reach::Compressed(layer_ratio(self, l)), cost::gqa_key(self));
+        }
+        m
     }
 }
 

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::arch::checkpoint_layout::Stack;
+use crate::arch::cost::{self, ModelCost, Reach};
 use crate::config::{check_positive, ArchConfig, BaseConfig, Preset};
 use crate::error::Result;
 use crate::kernels::Rope;
@@ -47,6 +48,21 @@ impl ArchConfig for Config {
             return Err(format!("field `qk_rope` ({}) must be positive and even for glm", self.qk_rope));
         }
         Ok(())
+    }
+
+    /// Every layer: MLA projections, each head's query absorbed into the latent and its output decompressed, the
+    /// MoE; attention over the whole context, a latent and a rope row per key and head.
+    fn cost(&self) -> ModelCost {
+        let (h, hd, heads, lora, rope) = (self.hidden, self.head_dim, self.heads, self.kv_lora, self.qk_rope);
+        let per_layer = cost::matmul(h, heads * (hd + rope))
+            + cost::matmul(h, lora + rope)
+            + cost::matmul(heads * hd, h)
+            + heads as u64 * 2 * cost::matmul(hd, lora)
+            + cost::moe(self);
+        let per_key = heads as u64 * (cost::matmul(lora + rope, 1) + cost::matmul(lora, 1));
+        let mut m = ModelCost { token_flops: per_layer * self.layers as u64, attention: Vec::new() };
+        m.attend(Reach::Full, per_key * self.layers as u64);
+        m
     }
 }
 

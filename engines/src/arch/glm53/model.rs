@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::arch::checkpoint_layout::{expert, Stack};
+use crate::arch::cost::{self, ModelCost, Reach};
 use crate::arch::gqa_proj::GqaProj;
 use crate::config::{ArchConfig, BaseConfig, Preset};
 use crate::error::Result;
@@ -39,6 +40,18 @@ impl ArchConfig for Config {
         };
         let base = BaseConfig { slots: 1, prefill_chunk: prompt_rows, ..BaseConfig::preset("glm53", p) };
         Config { base, prompt_rows, draft_layers: 1, prefix_cache: true }
+    }
+
+    /// The main stack (GQA and MoE, full attention) and, as prefill feeds the drafter too, its dense layers.
+    fn cost(&self) -> ModelCost {
+        let (main, draft) = (self.layers as u64, self.draft_layers as u64);
+        let mut m = ModelCost {
+            token_flops: main * (cost::gqa_proj(self) + cost::moe(self))
+                + draft * (cost::gqa_proj(self) + cost::dense_ffn(self)),
+            attention: Vec::new(),
+        };
+        m.attend(Reach::Full, (main + draft) * cost::gqa_key(self));
+        m
     }
 }
 

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::arch::checkpoint_layout::Stack;
+use crate::arch::cost::{self, ModelCost, Reach};
 use crate::arch::qk_norm_attn::QkNormProj;
 use crate::config::{preset_window, ArchConfig, BaseConfig, Preset};
 use crate::error::Result;
@@ -54,6 +55,18 @@ impl ArchConfig for Config {
             conv_kernel: 3,
             audio_frame_bytes: if p == Preset::Tiny { 8 } else { 16 },
         }
+    }
+
+    /// Every layer: GQA projections and the MoE; global layers attend over the whole context, the others over
+    /// their window.
+    fn cost(&self) -> ModelCost {
+        let mut m = ModelCost::default();
+        for l in 0..self.layers {
+            m.token_flops += cost::gqa_proj(self) + cost::moe(self);
+            let reach = if self.is_global(l) { Reach::Full } else { Reach::Window(self.window) };
+            m.attend(reach, cost::gqa_key(self));
+        }
+        m
     }
 }
 

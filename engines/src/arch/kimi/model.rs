@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::arch::checkpoint_layout::Stack;
+use crate::arch::cost::{self, ModelCost, Reach};
 use crate::config::{check_positive, ArchConfig, BaseConfig, Preset};
 use crate::error::Result;
 use crate::fixture::Init;
@@ -43,6 +44,31 @@ impl ArchConfig for Config {
                 ("conv_kernel", self.conv_kernel, "KDA's short convolution"),
             ],
         )
+    }
+
+    /// KDA layers: six projections in, one out, and a state update per head (decay, read, delta write, query:
+    /// about 8 · head_dim² flops) whatever the context; MLA layers: four projections, each head's query absorbed
+    /// and its output decompressed, and attention over the whole context, one latent row per key and head.
+    fn cost(&self) -> ModelCost {
+        let (h, hd, heads, kvl) = (self.hidden, self.head_dim, self.heads, self.kv_lora);
+        let qd = heads * hd;
+        let mut m = ModelCost::default();
+        for l in 0..self.layers {
+            m.token_flops += cost::moe(self);
+            if is_mla(self, l) {
+                m.token_flops += 2 * cost::matmul(h, qd)
+                    + cost::matmul(h, kvl)
+                    + cost::matmul(qd, h)
+                    + heads as u64 * 2 * cost::matmul(hd, kvl);
+                m.attend(Reach::Full, heads as u64 * 2 * cost::matmul(kvl, 1));
+            } else {
+                m.token_flops += 5 * cost::matmul(h, qd)
+                    + cost::matmul(h, heads)
+                    + cost::matmul(qd, h)
+                    + heads as u64 * 8 * (hd * hd) as u64;
+            }
+        }
+        m
     }
 }
 

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::arch::cost::{self, ModelCost, Reach};
 use crate::config::{ArchConfig, BaseConfig, HashLayout, Preset};
 use crate::error::{EngineError, Result};
 use crate::gguf::{GgmlType, Gguf};
@@ -42,6 +43,15 @@ impl ArchConfig for Config {
             return Err(format!("field `rope_dim` ({}) must be even and at most `head_dim`", self.rope_dim));
         }
         Ok(())
+    }
+
+    /// Every layer: GQA projections and one dense SwiGLU FFN; attention over the whole context.
+    fn cost(&self) -> ModelCost {
+        let layers = self.layers as u64;
+        let mut m =
+            ModelCost { token_flops: layers * (cost::gqa_proj(self) + cost::dense_ffn(self)), attention: Vec::new() };
+        m.attend(Reach::Full, layers * cost::gqa_key(self));
+        m
     }
 }
 
