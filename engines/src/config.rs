@@ -211,7 +211,7 @@ pub trait ArchConfig:
         self.base().validate()
     }
     /// What feeding one position costs a model of this shape (the flops a report expects a turn to take).
-    fn cost(&self) -> crate::arch::cost::ModelCost;
+    fn cost(&self) -> crate::model_cost::ModelCost;
 }
 
 /// The field list the model hash is taken over: every arch's options in one flat record, each option an arch

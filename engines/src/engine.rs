@@ -148,7 +148,7 @@ pub struct EngineInfo {
     /// What feeding one position costs the model, when the engine knows (every bundled engine does): growth
     /// curves show the time a turn is expected to take beside the measured one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cost: Option<crate::arch::cost::ModelCost>,
+    pub cost: Option<crate::model_cost::ModelCost>,
 }
 
 #[cfg(test)]

@@ -259,7 +259,7 @@ pub trait Arch: Send + Sync + Sized + 'static {
     /// Short hash of config + weights.
     fn hash(&self) -> &str;
     /// What feeding one position costs the model (`ArchConfig::cost` of its config).
-    fn cost(&self) -> crate::arch::cost::ModelCost;
+    fn cost(&self) -> crate::model_cost::ModelCost;
     /// A fresh slot's layers, sized for `config().initial_capacity` positions.
     fn new_layers(&self) -> Self::Layers;
 
@@ -389,7 +389,7 @@ macro_rules! model_parts {
             &self.hash
         }
 
-        fn cost(&self) -> $crate::arch::cost::ModelCost {
+        fn cost(&self) -> $crate::model_cost::ModelCost {
             $crate::config::ArchConfig::cost(&self.config)
         }
     };

@@ -25,6 +25,7 @@ mod file_bytes;
 pub mod fixture;
 pub mod gguf;
 pub mod kernels;
+pub mod model_cost;
 pub mod moe;
 pub mod prefix;
 pub mod rng;

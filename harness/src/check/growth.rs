@@ -228,7 +228,7 @@ pub fn turn_checks(
 mod tests {
     use super::*;
     use crate::record::{median, Timing};
-    use kvproof_engines::arch::cost::{ModelCost, Reach};
+    use kvproof_engines::model_cost::{ModelCost, Reach};
 
     fn turn(turn: usize, context: usize, reused: usize, warm_ms: f64, cold_ms: f64) -> GrowthTurn {
         let side = |prefilled: usize, ms: f64| Timing {

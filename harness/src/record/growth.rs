@@ -1,6 +1,6 @@
 //! One turn of a growth curve as records carry it: context, reuse, and the medians of its warm and cold runs.
 
-use kvproof_engines::arch::cost::ModelCost;
+use kvproof_engines::model_cost::ModelCost;
 use serde::{Deserialize, Serialize};
 
 /// One side (warm or cold) of one turn: medians over its repeats.

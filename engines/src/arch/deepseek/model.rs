@@ -8,12 +8,13 @@
 use serde::{Deserialize, Serialize};
 
 use crate::arch::checkpoint_layout::Stack;
-use crate::arch::cost::{self, ModelCost, Reach};
+use crate::arch::cost;
 use crate::arch::qk_norm_attn::QkNormProj;
 use crate::config::{check_positive, preset_window, ArchConfig, BaseConfig, Preset};
 use crate::error::Result;
 use crate::fixture::Init;
 use crate::kernels::Rope;
+use crate::model_cost::{ModelCost, Reach};
 use crate::tensors::Source;
 
 /// DeepSeek's config: the shared base plus its options.

@@ -6,10 +6,11 @@
 use serde::{Deserialize, Serialize};
 
 use crate::arch::checkpoint_layout::Stack;
-use crate::arch::cost::{self, ModelCost, Reach};
+use crate::arch::cost;
 use crate::config::{check_positive, ArchConfig, BaseConfig, Preset};
 use crate::error::Result;
 use crate::kernels::Rope;
+use crate::model_cost::{ModelCost, Reach};
 use crate::tensors::Source;
 
 /// glm's config: the shared base plus its options.

@@ -4,11 +4,12 @@
 use serde::{Deserialize, Serialize};
 
 use crate::arch::checkpoint_layout::{expert, Stack};
-use crate::arch::cost::{self, ModelCost, Reach};
+use crate::arch::cost;
 use crate::arch::gqa_proj::GqaProj;
 use crate::config::{ArchConfig, BaseConfig, Preset};
 use crate::error::Result;
 use crate::kernels::Rope;
+use crate::model_cost::{ModelCost, Reach};
 use crate::moe::Expert;
 use crate::tensors::{within, Source};
 

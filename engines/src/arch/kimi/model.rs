@@ -5,10 +5,11 @@
 use serde::{Deserialize, Serialize};
 
 use crate::arch::checkpoint_layout::Stack;
-use crate::arch::cost::{self, ModelCost, Reach};
+use crate::arch::cost;
 use crate::config::{check_positive, ArchConfig, BaseConfig, Preset};
 use crate::error::Result;
 use crate::fixture::Init;
+use crate::model_cost::{ModelCost, Reach};
 use crate::tensors::{within, Source};
 
 /// Kimi's config: the shared base plus its options.

@@ -8,11 +8,12 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::arch::cost::{self, ModelCost, Reach};
+use crate::arch::cost;
 use crate::config::{ArchConfig, BaseConfig, HashLayout, Preset};
 use crate::error::{EngineError, Result};
 use crate::gguf::{GgmlType, Gguf};
 use crate::kernels::{QBytes, QMatrix, QType};
+use crate::model_cost::{ModelCost, Reach};
 use crate::tensors::Source;
 use crate::text_tokenizer::GgufTokenizer;
 
