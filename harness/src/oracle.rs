@@ -485,23 +485,28 @@ mod tests {
         assert_eq!(plain.expected(&on(0, &a)), Some(0));
     }
 
-    #[test]
-    fn rules_by_arch() {
-        let mut info = EngineInfo {
-            arch: "inkling".into(),
+    /// A one-slot text engine of `arch` with no window, grid, fault or cost; a test sets what it needs.
+    fn info_of(arch: &str, vocab: usize) -> EngineInfo {
+        EngineInfo {
+            arch: arch.into(),
             preset: None,
             slots: 1,
             max_ctx: 64,
-            vocab: 264,
-            audio: true,
-            audio_frame_bytes: 8,
-            window: Some(8),
+            vocab,
+            audio: false,
+            audio_frame_bytes: 0,
+            window: None,
             prompt_rows: None,
             initial_capacity: 16,
             fault: None,
             model_hash: String::new(),
             cost: None,
-        };
+        }
+    }
+
+    #[test]
+    fn rules_by_arch() {
+        let mut info = EngineInfo { audio: true, audio_frame_bytes: 8, window: Some(8), ..info_of("inkling", 264) };
         let mut caps = crate::cases::boundary_matrix::tests::caps(None);
         assert_eq!(rule_for(&info, &caps), Some(INK));
         info.arch = "glm53".into();
@@ -562,21 +567,7 @@ mod tests {
 
     #[test]
     fn a_declared_rule_wins_over_the_arch_table() {
-        let info = EngineInfo {
-            arch: "llama.cpp".into(),
-            preset: None,
-            slots: 1,
-            max_ctx: 64,
-            vocab: 49152,
-            audio: false,
-            audio_frame_bytes: 0,
-            window: None,
-            prompt_rows: None,
-            initial_capacity: 16,
-            fault: None,
-            model_hash: String::new(),
-            cost: None,
-        };
+        let info = info_of("llama.cpp", 49152);
         let mut caps = crate::cases::boundary_matrix::tests::caps(None);
         assert_eq!(rule_for(&info, &caps), None);
         caps.reuse_rule = Some(DeclaredRule::Lcp);
