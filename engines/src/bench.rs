@@ -150,14 +150,8 @@ fn throughput(engine: &mut dyn Engine, preset: Preset) -> Result<(Phase, Phase)>
     let w2 = work();
     let r = engine.fresh().generate(&Request { max_tokens: decode_n, ignore_eos: true, ..short }, &mut NoObserver)?;
     let total = work().since(w2);
-    let decode = Phase {
-        work: Work {
-            flops: total.flops.saturating_sub(first.flops),
-            weight_bytes: total.weight_bytes.saturating_sub(first.weight_bytes),
-        },
-        seconds: secs(r.timings.decode),
-        tokens: r.tokens.len().saturating_sub(1),
-    };
+    let decode =
+        Phase { work: total.since(first), seconds: secs(r.timings.decode), tokens: r.tokens.len().saturating_sub(1) };
     Ok((prefill, decode))
 }
 
