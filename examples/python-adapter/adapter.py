@@ -47,6 +47,8 @@ BREAKS = {
     "no-cache": "the cache cleared before every request (reuse never engages; DONE reports 0)",
     "count-fed-last": "the reuse count includes one id more than the cache held",
     "silent-errors": "bad frames get no answer",
+    # not a fault: a reader this slow is within the protocol, and the probe must still see CANCEL work
+    "slow-first-cancel": "the first CANCEL of a generating request is read only after its reply ended",
 }
 
 
@@ -242,6 +244,7 @@ class Server:
         self.jobs = collections.deque()
         self.current = None
         self.eof = False
+        self.held_cancel = None  # slow-first-cancel: the CANCEL read only once the reply ended
 
     def write(self, data):
         try:
@@ -344,6 +347,9 @@ class Server:
         elif kind == "cancel":
             rid = item[1]
             if self.current is not None and self.current["id"] == rid:
+                if "slow-first-cancel" in self.breaks and self.held_cancel is None:
+                    self.held_cancel = rid
+                    return
                 self.current["cancel"] = True
             elif any(j[0] == "submit" and j[1]["id"] == rid for j in self.jobs):
                 self.jobs = collections.deque(j for j in self.jobs if not (j[0] == "submit" and j[1]["id"] == rid))
@@ -434,6 +440,8 @@ class Server:
         self.write(done.encode())
         if held:
             self.write(held)
+        if self.held_cancel == rid:
+            self.error(rid, "NOT_FOUND", f"CANCEL: no request {rid} is generating or queued")
 
     def serve(self, inp):
         self.write(READY + self.caps())

@@ -172,6 +172,17 @@ fn the_python_adapter_conforms() {
 
 #[test]
 #[ignore = "needs python3; .ci/run runs the ignored tests"]
+fn a_cancel_read_too_late_is_probed_again_in_the_submits_write() {
+    let mut cmd = adapter();
+    cmd.extend(["--break".to_string(), "slow-first-cancel".to_string()]);
+    let r = check(&cmd, Duration::from_secs(30));
+    assert_eq!(r.violations(), 0, "{}", r.render());
+    let cancel = r.findings.iter().find(|f| f.check == "cancel" && f.status == Status::Pass);
+    assert!(cancel.is_some_and(|f| f.detail.contains("in the same write as SUBMIT")), "{}", r.render());
+}
+
+#[test]
+#[ignore = "needs python3; .ci/run runs the ignored tests"]
 fn each_break_of_the_python_adapter_is_reported() {
     for (flag, want) in [
         ("no-reuse-caps", &["caps"][..]),

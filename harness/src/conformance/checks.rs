@@ -1111,15 +1111,35 @@ impl Probe {
         if !self.section_needing(self.caps.flag("cancel"), "cancel", &["cancel"]) {
             return;
         }
-        let (prompt, max, id, mut ans) = self.long_request();
-        let cancel = format!("CANCEL {id}\n").into_bytes();
+        // CANCEL after the first DATA; an engine that outruns the probe (a reply of thousands of tokens can end
+        // before the CANCEL is read) gets a second request with the CANCEL in the same write as its SUBMIT
+        let (mut prompt, mut max, mut id, mut ans) = self.long_request();
+        let mut cancel = format!("CANCEL {id}\n").into_bytes();
         self.interrupt(&mut ans, id, &cancel);
+        let mut how = "CANCEL mid-reply";
+        if matches!(&ans.end, Some(End::Done(_, d)) if d.length_limited == Some(true)) {
+            self.check_done(&ans, &Expect::interrupted(prompt.len(), max));
+            self.check_reuse("a turn that ended before its CANCEL was read", &Self::request_of(id, &prompt, max), &ans);
+            prompt = self.ids(8);
+            max = self.long_reply(prompt.len());
+            id = self.id();
+            cancel = format!("CANCEL {id}\n").into_bytes();
+            let mut bytes = submit_bytes(id, 0, &prompt, max, " ignore_eos=1");
+            bytes.extend_from_slice(&cancel);
+            ans = self.start(id, bytes);
+            self.read(&mut ans, false);
+            if matches!(&ans.end, Some(End::Done(_, d)) if d.length_limited == Some(true)) {
+                self.late_interrupt_answer(id);
+            }
+            self.flag_others(&ans);
+            how = "CANCEL in the same write as SUBMIT";
+        }
         match &ans.end {
             Some(End::Error(_, e)) if e.code == ErrorCode::Cancelled => {
-                self.pass("cancel", "CANCEL mid-reply answered ERROR CANCELLED");
+                self.pass("cancel", format!("{how} answered ERROR CANCELLED"));
             }
             Some(End::Done(_, d)) if d.length_limited == Some(true) => {
-                self.skip("cancel", format!("the request ran all {max} tokens before CANCEL was read"));
+                self.skip("cancel", format!("twice the request ran all {max} tokens before CANCEL was read"));
             }
             Some(End::Done(g, _) | End::Error(g, _)) => {
                 let g = g.clone();
@@ -1134,6 +1154,10 @@ impl Probe {
         }
         self.check_done(&ans, &Expect::interrupted(prompt.len(), max));
         self.check_reuse("a cancelled turn", &Self::request_of(id, &prompt, max), &ans);
+        if ans.error().is_some() && ans.data.is_empty() {
+            // cancelled before its first token, perhaps before it began: whether the slot was spoiled is unknown
+            self.book_known = false;
+        }
         // the cancelled prompt, extended: a spoiled slot reuses nothing (unless the engine keeps its state)
         let mut after = prompt.clone();
         after.extend(self.ids(5));
