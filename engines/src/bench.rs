@@ -8,12 +8,14 @@ mod limits;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
+use rayon::prelude::*;
+
 use crate::bundled;
 use crate::chat::{render, Message, Role};
 use crate::config::Preset;
 use crate::engine::{Engine, NoObserver, Request};
 use crate::error::Result;
-use crate::kernels::{matmul, work, Work};
+use crate::kernels::{attend, matmul, work, Work};
 
 pub use limits::Limits;
 
@@ -61,6 +63,23 @@ fn time_matmul(x: &[f32], rows: usize, w: &[f32], out: usize, inp: usize, reps: 
         .fold(f64::INFINITY, f64::min)
 }
 
+/// Seconds of a causal prefill's attention for one head of `width` (query `t` over keys `0..=t`), one task per
+/// position as the models run it; best of `reps`.
+fn time_attention(positions: usize, width: usize, reps: usize) -> f64 {
+    let (k, v, q) = (filled(positions * width, 83), filled(positions * width, 79), filled(positions * width, 89));
+    let mut out = vec![0.0; positions * width];
+    let row = |p: usize| (&k[p * width..(p + 1) * width], &v[p * width..(p + 1) * width]);
+    (0..reps)
+        .map(|_| {
+            let t0 = Instant::now();
+            out.par_chunks_mut(width).enumerate().for_each_init(Vec::new, |scores, (t, o)| {
+                attend(&q[t * width..(t + 1) * width], (0..=t).map(row), 0.125, scores, o);
+            });
+            secs(t0.elapsed())
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
 fn filled(n: usize, m: usize) -> Vec<f32> {
     (0..n).map(|i| ((i % m) as f32 - (m / 2) as f32) / m as f32).collect()
 }
@@ -81,6 +100,10 @@ pub fn kernels(before: Limits) -> (String, Limits) {
     let w = filled(big_out * big_in, 97);
     let big_gbs = (4 * big_in * big_out) as f64 / time_matmul(&filled(big_in, 89), 1, &w, big_out, big_in, 3) / 1e9;
     drop(w);
+    // one head of the bench preset's attention (64 wide) over a 2048-position causal prefill
+    let (positions, width) = (2048, 64);
+    let att_flops = 4.0 * width as f64 * (positions * (positions + 1) / 2) as f64;
+    let att_gflops = att_flops / time_attention(positions, width, 3) / 1e9;
     let l = before.best(Limits::measure());
 
     let mut out = describe(&l);
@@ -88,6 +111,11 @@ pub fn kernels(before: Limits) -> (String, Limits) {
         out,
         "matmul {rows:>4} x {inp} x {outp}: {gflops:7.1} GFLOP/s = {:5.1}% of peak",
         pct(gflops, l.peak_gflops)
+    );
+    let _ = writeln!(
+        out,
+        "attention {positions} positions x {width} (causal, one head): {att_gflops:7.1} GFLOP/s = {:5.1}% of peak",
+        pct(att_gflops, l.peak_gflops)
     );
     let _ = writeln!(
         out,

@@ -56,7 +56,8 @@ impl RowWriters<'_> {
             RowWriters::Decoded(v) => v.get(i).map(|w| Ok(*w)),
             RowWriters::Le(b) => {
                 let row = b.get(i.checked_mul(WRITER_BYTES)?..)?.get(..WRITER_BYTES)?;
-                let v: Vec<i64> = row.as_chunks::<8>().0.iter().map(|c| i64::from_le_bytes(*c)).collect();
+                let fields = row.as_chunks::<8>().0;
+                let v: [i64; WRITER_BYTES / 8] = std::array::from_fn(|k| i64::from_le_bytes(fields[k]));
                 Some(crate::dump_file::decode_writer(&v).map_err(|m| format!("writer of row {i}: {m}")))
             }
         }
