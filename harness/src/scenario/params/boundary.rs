@@ -3,28 +3,27 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{check_max_tokens, default_max_tokens, MAX_TOKENS};
+use super::{check_max_tokens, DEFAULT_MAX_TOKENS, MAX_TOKENS};
 
 /// `kind: boundary-matrix`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+// A missing field takes its value from `Default`, the one place the defaults are written.
+#[serde(deny_unknown_fields, default)]
 pub struct BoundaryParams {
     /// The cases to run; absent means every case the engine's capabilities allow.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub cases: Option<Vec<CaseName>>,
     /// Tokens generated per turn (greedy).
-    #[serde(default = "default_max_tokens")]
     #[schemars(range(min = 1, max = MAX_TOKENS))]
     pub max_tokens: usize,
     /// The slot the cases run on.
-    #[serde(default)]
     pub slot: usize,
 }
 
 impl Default for BoundaryParams {
     fn default() -> Self {
-        BoundaryParams { cases: None, max_tokens: default_max_tokens(), slot: 0 }
+        BoundaryParams { cases: None, max_tokens: DEFAULT_MAX_TOKENS, slot: 0 }
     }
 }
 

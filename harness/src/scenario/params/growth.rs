@@ -7,72 +7,46 @@ use super::{check_in, check_max_tokens, MAX_TOKENS, MAX_TURNS, MAX_USER_LEN};
 
 /// `kind: growth-curve`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+// A missing field takes its value from `Default`, the one place the defaults are written.
+#[serde(deny_unknown_fields, default)]
 pub struct GrowthParams {
     /// Turns of the conversation (at least 3: turn 1 has nothing to reuse).
-    #[serde(default = "default_turns")]
     #[schemars(range(min = 3, max = MAX_TURNS))]
     pub turns: usize,
     /// User-text tokens of the first turn (sets where the curve starts).
-    #[serde(default = "default_opening")]
     #[schemars(range(min = 1, max = MAX_USER_LEN))]
     pub opening: usize,
     /// User-text tokens of every later turn.
-    #[serde(default = "default_user_len")]
     #[schemars(range(min = 1, max = MAX_USER_LEN))]
     pub user_len: usize,
     /// Reply tokens per turn (generated past eos, so every reply has this length).
-    #[serde(default = "default_max_tokens")]
     #[schemars(range(min = 1, max = MAX_TOKENS))]
     pub max_tokens: usize,
     /// Warm instances, each living through the whole conversation; each turn's warm time is their median.
-    #[serde(default = "default_repeats")]
     #[schemars(range(min = 1, max = MAX_REPEATS))]
     pub repeats: usize,
     /// Cold runs per turn; the cold time is their median.
-    #[serde(default = "one")]
     #[schemars(range(min = 1, max = MAX_REPEATS))]
     pub cold_repeats: usize,
     /// The slot the conversation runs on.
-    #[serde(default)]
     pub slot: usize,
     /// Threads a bundled engine computes with during the curve (0: all cores). One thread by default: a curve
     /// measures how a turn's cost scales with the context, and a single thread shares the cores with other
     /// processes evenly, while a fork-join over every core waits at each join for whichever thread the scheduler
     /// preempted — under load that noise, not the context, decides the ratio. Engines behind a command are not
     /// affected.
-    #[serde(default = "one")]
     #[schemars(range(max = MAX_THREADS))]
     pub threads: usize,
-}
-
-fn default_turns() -> usize {
-    12
-}
-fn default_opening() -> usize {
-    256
-}
-fn default_user_len() -> usize {
-    200
-}
-fn default_max_tokens() -> usize {
-    16
-}
-fn default_repeats() -> usize {
-    3
-}
-fn one() -> usize {
-    1
 }
 
 impl Default for GrowthParams {
     fn default() -> Self {
         GrowthParams {
-            turns: default_turns(),
-            opening: default_opening(),
-            user_len: default_user_len(),
-            max_tokens: default_max_tokens(),
-            repeats: default_repeats(),
+            turns: 12,
+            opening: 256,
+            user_len: 200,
+            max_tokens: 16,
+            repeats: 3,
             cold_repeats: 1,
             slot: 0,
             threads: 1,

@@ -19,9 +19,8 @@ pub const MAX_TOKENS: usize = 65_536;
 pub const MAX_TURNS: usize = 256;
 pub const MAX_USER_LEN: usize = 1 << 20;
 
-fn default_max_tokens() -> usize {
-    8
-}
+/// Reply tokens of the boundary and stress kinds unless a scenario says otherwise.
+const DEFAULT_MAX_TOKENS: usize = 8;
 
 fn check_max_tokens(m: usize) -> Result<(), String> {
     check_in("max_tokens", m, 1..=MAX_TOKENS)

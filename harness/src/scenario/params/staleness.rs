@@ -29,59 +29,42 @@ impl ContextName {
 
 /// `kind: semantic-staleness`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+// A missing field takes its value from `Default`, the one place the defaults are written.
+#[serde(deny_unknown_fields, default)]
 pub struct StalenessParams {
     /// Cases per stale context.
-    #[serde(default = "default_cases")]
     #[schemars(range(min = 1, max = MAX_CASES))]
     pub cases: usize,
     /// The stale contexts to run; absent means every one the engine can hold.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub contexts: Option<Vec<ContextName>>,
     /// User-message length range in tokens.
-    #[serde(default = "default_user_len")]
     #[schemars(inner(range(min = 1, max = MAX_USER_LEN)))]
     pub user_len: [usize; 2],
     /// Reply tokens (generated past eos: every reply has this length).
-    #[serde(default = "default_max_tokens")]
     #[schemars(range(min = 1, max = MAX_TOKENS))]
     pub max_tokens: usize,
     /// The slot of the current conversation.
-    #[serde(default)]
     pub slot: usize,
     /// The slot holding the other conversation (`other-slot`); must differ from `slot`.
-    #[serde(default = "default_other_slot")]
     pub other_slot: usize,
     /// A JSON Lines file of staleness cases written as text (next to the scenario: `{"id", "system"?, "opening",
     /// "stale": [1 or 2 messages], "current"}` per line), sent as text for the engine's own template: questions
     /// whose fresh answers differ. Absent: kvproof's own id prompts.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub corpus: Option<String>,
-}
-
-fn default_cases() -> usize {
-    20
-}
-fn default_user_len() -> [usize; 2] {
-    [8, 40]
-}
-fn default_max_tokens() -> usize {
-    8
-}
-fn default_other_slot() -> usize {
-    1
 }
 
 impl Default for StalenessParams {
     fn default() -> Self {
         StalenessParams {
-            cases: default_cases(),
+            cases: 20,
             contexts: None,
-            user_len: default_user_len(),
-            max_tokens: default_max_tokens(),
+            user_len: [8, 40],
+            max_tokens: 8,
             slot: 0,
-            other_slot: default_other_slot(),
+            other_slot: 1,
             corpus: None,
         }
     }
