@@ -3,16 +3,17 @@
 use super::matmul::dot4;
 use super::{dot, softmax_in_place};
 
-/// Output elements per accumulator of the weighted sums (a YMM register).
-const LANES: usize = 8;
+/// Output elements per accumulator of the weighted sums (a ZMM register, or two YMM).
+const LANES: usize = 16;
 type Lanes = [f32; LANES];
 
 /// `out = softmax(q·kᵢ · scale) · vᵢ` over the (key, value) rows yielded, in the order yielded.
 ///
 /// Callers yield keys in ascending absolute position, so the reduction order depends only on which positions are
 /// visible — never on where the rows are stored (ring, scratch, full cache). Each score is `dot(q, kᵢ) * scale`
-/// (four keys at a time, same bits) and each output element is `0.0 + p₀·v₀ + p₁·v₁ + …` in key order; the sums
-/// are only interleaved across output elements, which keeps each in a register over all the keys.
+/// (four keys at a time, same bits) and each output element folds `pᵢ·vᵢ` into a sum starting at 0.0 in key order,
+/// one fused multiply-add per key; the sums are only interleaved across output elements, which keeps each in a
+/// register over all the keys.
 pub fn attend<'a>(
     q: &[f32],
     kv: impl Iterator<Item = (&'a [f32], &'a [f32])> + Clone,
@@ -58,23 +59,23 @@ pub fn attend<'a>(
         tail.iter_mut().for_each(|o| *o = 0.0);
         for (p, (_, v)) in scores.iter().zip(kv) {
             for (o, x) in tail.iter_mut().zip(&v[at..]) {
-                *o += p * x;
+                *o = p.mul_add(*x, *o);
             }
         }
     }
 }
 
-/// `acc[l] += p * v[l]` for every lane (a separate multiply and add).
+/// `acc[l] = p · v[l] + acc[l]` for every lane, fused (one rounding, the same bits in hardware or software).
 #[inline(always)]
 fn scale_acc(acc: &mut Lanes, p: f32, v: &Lanes) {
     for l in 0..LANES {
-        acc[l] += p * v[l];
+        acc[l] = p.mul_add(v[l], acc[l]);
     }
 }
 
 // The weighted sums over all values of 8, 4 or 1 lane chunks of the output starting at chunk `at`, each chunk
 // summed in value order from 0.0. `inline(never)` and spelled out per width for the same reason as the matmul
-// micro-kernels: compiled alone, each accumulator is one YMM register.
+// micro-kernels: compiled alone, each accumulator is one ZMM register (two YMM without AVX-512).
 
 #[inline(never)]
 fn weighted_8<'a>(p: &[f32], values: impl Iterator<Item = &'a [f32]>, at: usize) -> [Lanes; 8] {
@@ -130,7 +131,7 @@ mod tests {
         out.iter_mut().for_each(|o| *o = 0.0);
         for (p, (_, v)) in scores.iter().zip(kv) {
             for (o, x) in out.iter_mut().zip(v.iter()) {
-                *o += p * x;
+                *o = p.mul_add(*x, *o);
             }
         }
     }
