@@ -50,17 +50,22 @@ fn pct(part: f64, whole: f64) -> f64 {
     100.0 * part / whole.max(1e-12)
 }
 
+/// The fewest seconds one call of `f` took over `reps` calls (the least disturbed run).
+fn best_of(reps: usize, mut f: impl FnMut()) -> f64 {
+    (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            secs(t.elapsed())
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
 /// Seconds per call of `matmul` over `rows` rows of `x` against `w` (`out x inp`), best of `reps` calls.
 fn time_matmul(x: &[f32], rows: usize, w: &[f32], out: usize, inp: usize, reps: usize) -> f64 {
     let mut y = vec![0.0; rows * out];
     matmul(x, rows, w, out, inp, &mut y);
-    (0..reps)
-        .map(|_| {
-            let t = Instant::now();
-            matmul(x, rows, w, out, inp, &mut y);
-            secs(t.elapsed())
-        })
-        .fold(f64::INFINITY, f64::min)
+    best_of(reps, || matmul(x, rows, w, out, inp, &mut y))
 }
 
 /// Seconds of a causal prefill's attention for one head of `width` (query `t` over keys `0..=t`), one task per
@@ -69,15 +74,11 @@ fn time_attention(positions: usize, width: usize, reps: usize) -> f64 {
     let (k, v, q) = (filled(positions * width, 83), filled(positions * width, 79), filled(positions * width, 89));
     let mut out = vec![0.0; positions * width];
     let row = |p: usize| (&k[p * width..(p + 1) * width], &v[p * width..(p + 1) * width]);
-    (0..reps)
-        .map(|_| {
-            let t0 = Instant::now();
-            out.par_chunks_mut(width).enumerate().for_each_init(Vec::new, |scores, (t, o)| {
-                attend(&q[t * width..(t + 1) * width], (0..=t).map(row), 0.125, scores, o);
-            });
-            secs(t0.elapsed())
-        })
-        .fold(f64::INFINITY, f64::min)
+    best_of(reps, || {
+        out.par_chunks_mut(width).enumerate().for_each_init(Vec::new, |scores, (t, o)| {
+            attend(&q[t * width..(t + 1) * width], (0..=t).map(row), 0.125, scores, o);
+        });
+    })
 }
 
 fn filled(n: usize, m: usize) -> Vec<f32> {

@@ -3,8 +3,10 @@
 use super::matmul::dot4;
 use super::{dot, softmax_in_place};
 
-/// Output elements per accumulator of the weighted sums (a ZMM register, or two YMM).
-const LANES: usize = 16;
+/// Output elements per accumulator of the weighted sums (a YMM register). Eight, not sixteen: a 32-wide head
+/// then still keeps four independent accumulator chains over the keys (sixteen lanes left it two passes of one
+/// latency-bound chain each), and a 64-wide head's eight YMM chains are as fast as four ZMM ones.
+const LANES: usize = 8;
 type Lanes = [f32; LANES];
 
 /// `out = softmax(q·kᵢ · scale) · vᵢ` over the (key, value) rows yielded, in the order yielded.
@@ -75,7 +77,7 @@ fn scale_acc(acc: &mut Lanes, p: f32, v: &Lanes) {
 
 // The weighted sums over all values of 8, 4 or 1 lane chunks of the output starting at chunk `at`, each chunk
 // summed in value order from 0.0. `inline(never)` and spelled out per width for the same reason as the matmul
-// micro-kernels: compiled alone, each accumulator is one ZMM register (two YMM without AVX-512).
+// micro-kernels: compiled alone, each accumulator is one YMM register.
 
 #[inline(never)]
 fn weighted_8<'a>(p: &[f32], values: impl Iterator<Item = &'a [f32]>, at: usize) -> [Lanes; 8] {
