@@ -140,6 +140,9 @@ fn on_the_real_model_a_count_based_reuse_fault_fails_the_first_turn_that_re_rend
         .args(["--fault", "counter-reuse"])
         .output()
         .expect("run kvproof");
+    let output = || format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    // the run finished (passed or failed) and wrote its results; anything else is shown before they are read
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", output());
     let mut trials = results(&out);
     trials.sort_by_key(turn);
     // Which turn first re-renders inexactly depends on the model's replies (the kernels' bits); the rule does not:
@@ -156,13 +159,7 @@ fn on_the_real_model_a_count_based_reuse_fault_fails_the_first_turn_that_re_rend
             trials.len()
         )
     });
-    assert_eq!(
-        o.status.code(),
-        Some(1),
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_eq!(o.status.code(), Some(1), "{}", output());
     for t in &trials[..inexact] {
         assert_eq!(t["verdict"], "pass", "a turn that re-rendered exactly: {t}");
     }
