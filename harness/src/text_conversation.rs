@@ -57,6 +57,12 @@ impl TextConversation {
         }
     }
 
+    /// The client bounds the transcript to its last `keep` model turns ([`keep_turns`]). The ids fed stay what
+    /// they were, so the next turn shows what the dropped turns cost.
+    pub fn keep_turns(&mut self, keep: usize) {
+        keep_turns(&mut self.messages, keep);
+    }
+
     /// Whether this turn's rendered prompt begins with everything the last turn fed; when it does not, why.
     pub fn observe(&self, prompt_ids: &[u32]) -> Option<String> {
         let fed = self.last_fed.as_ref()?;
@@ -73,6 +79,16 @@ impl TextConversation {
             prompt_ids.get(at).map_or_else(|| "(end)".to_string(), u32::to_string)
         ))
     }
+}
+
+/// Drops the oldest model turns (a reply and the message answering it) after the first user message until at
+/// most `keep` remain, the last reply (still unanswered) counting as one and never dropped.
+pub fn keep_turns(messages: &mut Vec<TextMessage>, keep: usize) {
+    let Some(request) = messages.iter().position(|m| m.role == "user") else { return };
+    let tail = messages.len() - (request + 1);
+    // the tail is reply, answer, ..., reply: ceil(tail / 2) turns
+    let excess = tail.div_ceil(2).saturating_sub(keep.max(1));
+    messages.drain(request + 1..request + 1 + 2 * excess);
 }
 
 #[cfg(test)]
@@ -99,5 +115,23 @@ mod tests {
         assert_eq!(c.observe(&[1, 2, 3, 4, 5, 9, 9]), None, "prompt + reply - last, then more");
         let why = c.observe(&[1, 2, 3, 7, 5]).expect("unstable");
         assert!(why.contains("turn 1 fed at position 3 of 5 (fed id 4, now 7)"), "{why}");
+    }
+
+    #[test]
+    fn keeping_turns_drops_the_oldest_reply_and_answer_and_keeps_the_request() {
+        let mut c = TextConversation::new(Some("sys"));
+        c.prepare("task");
+        let contents = |c: &TextConversation| c.messages.iter().map(|m| m.content.clone()).collect::<Vec<_>>();
+        for turn in 1..=3 {
+            c.finish(&format!("turn {turn}"), Some(Reply { text: &format!("a{turn}"), ids: None }));
+            c.keep_turns(2);
+            c.prepare_as("tool", &format!("t{turn}"));
+        }
+        assert_eq!(contents(&c), ["sys", "task", "a2", "t2", "a3", "t3"]);
+        c.finish("turn 4", Some(Reply { text: "a4", ids: None }));
+        c.keep_turns(1);
+        assert_eq!(contents(&c), ["sys", "task", "a4"], "the unanswered reply is kept");
+        c.keep_turns(0);
+        assert_eq!(contents(&c), ["sys", "task", "a4"], "the reply the next message answers is never dropped");
     }
 }

@@ -73,8 +73,8 @@ pub fn markdown(rows: &[(&str, &AgenticStats)], trials: &[TrialRecord]) -> Strin
          instance). The cold trajectory is the session as it goes cold throughout: the same until warm and cold \
          part, then run on its own. *Reuse share*: warm prompt tokens the engine reused. After turn 1: *token-exact* \
          is what the previous turn fed (all reusable had the transcript kept its ids), *rendered* what the \
-         re-rendered transcript still shares with it, *lost* the difference (re-tokenization of the reply's text \
-         or an unstable template).\n\n| scenario | task | sessions | parted | turns warm / cold | tool calls warm / \
+         re-rendered transcript still shares with it, *lost* the difference (re-tokenization of the reply's text, \
+         an unstable template, or turns the client dropped under `keep_turns`).\n\n| scenario | task | sessions | parted | turns warm / cold | tool calls warm / \
          cold | finished warm / cold | solved warm / cold | reuse share | token-exact | rendered | lost |\n\
          |---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );

@@ -24,6 +24,7 @@ use crate::progress::Progress;
 use crate::record::{AgentStep, AgentTurn, RerenderReuse, Sink, TrialRecord};
 use crate::scenario::params::{AgentTask, AgenticParams};
 use crate::scenario::Params;
+use crate::text_conversation::keep_turns;
 
 /// Run every session of a prepared agentic scenario; records go to `sink` as they complete.
 pub fn run(p: &Prepared<'_>, sink: &dyn Sink, progress: &Progress) -> Vec<TrialRecord> {
@@ -42,6 +43,8 @@ pub fn run(p: &Prepared<'_>, sink: &dyn Sink, progress: &Progress) -> Vec<TrialR
 struct ColdTrajectory {
     agent: Trajectory,
     messages: Vec<TextMessage>,
+    /// `params.keep_turns`: the client bounds this transcript as it bounds the warm one.
+    keep_turns: Option<usize>,
     /// Whether its last turn left something for the model to answer.
     live: bool,
 }
@@ -77,6 +80,9 @@ impl ColdTrajectory {
                 let text = reply_text(g);
                 let step = self.agent.step(&text);
                 self.messages.push(TextMessage { role: "assistant".into(), content: text });
+                if let Some(keep) = self.keep_turns {
+                    keep_turns(&mut self.messages, keep);
+                }
                 self.push_tool(&step);
                 step
             }
@@ -220,7 +226,10 @@ pub fn run_session(
                     let s = agent.step(&text);
                     let mut messages = chat.clone();
                     messages.push(TextMessage { role: "assistant".into(), content: text });
-                    let mut c = ColdTrajectory { agent, messages, live: true };
+                    if let Some(keep) = params.keep_turns {
+                        keep_turns(&mut messages, keep);
+                    }
+                    let mut c = ColdTrajectory { agent, messages, keep_turns: params.keep_turns, live: true };
                     c.push_tool(&s);
                     cold = Some(c);
                     (Some(s), None)
@@ -240,6 +249,9 @@ pub fn run_session(
         let next_message = warm_step.tool_message.clone();
 
         let lost = settle(&mut ps, prepared, &compared);
+        if let Some(keep) = params.keep_turns {
+            ps.keep_turns(step.thread, keep);
+        }
         let ended = if lost { Some("the warm instance was lost".to_string()) } else { ended };
         let mut record = compared.record;
         record.agent = Some(Box::new(AgentTurn {

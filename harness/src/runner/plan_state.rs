@@ -154,6 +154,13 @@ impl PlanState {
         }
     }
 
+    /// The client bounds `thread`'s transcript, a text thread, to its last `keep` model turns.
+    pub fn keep_turns(&mut self, thread: usize, keep: usize) {
+        if let Some(Some(Thread::Text(c))) = self.threads.get_mut(thread) {
+            c.keep_turns(keep);
+        }
+    }
+
     /// The oracle's reuse for `req` on its slot; `None` without a rule.
     pub fn expected(&self, req: &Request) -> Option<usize> {
         self.slots.expected(req)

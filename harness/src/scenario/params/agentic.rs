@@ -134,6 +134,12 @@ pub struct AgenticParams {
     /// The slot sessions run on.
     #[serde(default)]
     pub slot: usize,
+    /// The client resends the system prompt, the request and only its last `keep_turns` model turns (a reply and
+    /// the tool message answering it), dropping the oldest first, as agent frameworks that bound their context
+    /// do (absent: the whole transcript). A dropped turn leaves the engine nothing to reuse past the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub keep_turns: Option<usize>,
     /// The task set.
     #[schemars(length(min = 1))]
     pub tasks: Vec<AgentTask>,
@@ -165,6 +171,9 @@ impl AgenticParams {
                     p.max_tokens
                 ));
             }
+        }
+        if p.keep_turns == Some(0) {
+            return Err("params.keep_turns: must be at least 1 (the reply the next tool message answers)".into());
         }
         if p.tasks.is_empty() {
             return Err("params.tasks: must list at least one task".into());
@@ -221,7 +230,7 @@ mod tests {
     }
 
     fn params(tasks: Vec<AgentTask>) -> AgenticParams {
-        AgenticParams { sessions: 1, max_turns: 4, max_tokens: 8, max_context: None, slot: 0, tasks }
+        AgenticParams { sessions: 1, max_turns: 4, max_tokens: 8, max_context: None, slot: 0, keep_turns: None, tasks }
     }
 
     #[test]
