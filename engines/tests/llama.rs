@@ -75,8 +75,8 @@ fn writer() -> Writer {
 /// llama.cpp's top-5 ids k, `(logit[top1] - logit[k])` here against `(logprob[top1] - logprob[k])` there.
 ///
 /// Measured on this machine (24 prompts, 363 positions: llama.cpp stopped some replies at eos): top-1 agreed at
-/// 348 (95.9%); at every one of the 15 others llama.cpp's own top-1 led its top-2 by at most 0.19 (near ties);
-/// the largest difference of logit differences over the top-5 was 0.69. They come from arithmetic, not the
+/// 350 (96.4%); at every one of the 13 others llama.cpp's own top-1 led its top-2 by at most 0.19 (near ties);
+/// the largest difference of logit differences over the top-5 was 0.65. They come from arithmetic, not the
 /// model: both engines quantize activations to 8-bit blocks for the Q4_1/Q8_0 dot products, but llama.cpp stores
 /// k/v in f16 and sums in other orders. (With f32 activations against dequantized weights they were 346, 0.36
 /// and 0.87.) The bounds sit with a margin above the measurement — top-1 share at least 0.94, a top-1

@@ -4,6 +4,7 @@
 
 mod activation;
 mod attention;
+mod exp;
 mod matmul;
 #[cfg(target_arch = "x86_64")]
 mod matmul_avx512;
@@ -15,6 +16,7 @@ mod work;
 
 pub use activation::{silu, softmax_in_place};
 pub use attention::attend;
+pub use exp::exp;
 pub use matmul::{dot, matmul, matmul_with};
 pub use norm::rms_norm;
 pub use quant::{dequantize_row, f16_to_f32, qmatmul, QBytes, QMatrix, QType, QK};
