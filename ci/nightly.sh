@@ -29,7 +29,7 @@ export KVPROOF_CACHE=${KVPROOF_CACHE:-$HOME/.cache/kvproof}
 bash ci/fetch-smollm2.sh "$KVPROOF_CACHE" >/dev/null
 
 # kvproof-engine too: the full sweep serves the stdio scenarios through it
-cargo build --release -p kvproof --bin kvproof --bin kvproof-engine
+cargo build --release --bin kvproof --bin kvproof-engine
 
 reports=${KVPROOF_REPORTS:-reports}
 stamp=$(date -u +%Y%m%d-%H%M%S)
