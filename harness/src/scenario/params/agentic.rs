@@ -238,6 +238,9 @@ mod tests {
         assert!(params(vec![task("a")]).validate().is_ok());
         let e = AgenticParams { max_context: Some(8), ..params(vec![task("a")]) }.validate().expect_err("ctx");
         assert!(e.contains("params.max_context"), "{e}");
+        let e = AgenticParams { keep_turns: Some(0), ..params(vec![task("a")]) }.validate().expect_err("keep 0");
+        assert!(e.contains("params.keep_turns"), "{e}");
+        assert!(AgenticParams { keep_turns: Some(1), ..params(vec![task("a")]) }.validate().is_ok());
         let e = params(vec![]).validate().expect_err("no tasks");
         assert!(e.contains("params.tasks"), "{e}");
         let e = params(vec![task("a"), task("a")]).validate().expect_err("dup");
