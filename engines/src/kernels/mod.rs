@@ -15,7 +15,7 @@ mod rope;
 mod work;
 
 pub use activation::{silu, softmax_in_place};
-pub use attention::attend;
+pub use attention::{attend, push_dots, weighted_sum};
 pub use exp::exp;
 pub use matmul::{dot, matmul, matmul_with};
 pub use norm::rms_norm;

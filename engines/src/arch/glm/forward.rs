@@ -13,7 +13,7 @@ use super::model::Model;
 use super::state::LatentKv;
 use crate::arch::moe_sublayer::add_moe_sublayer;
 use crate::engine_loop::Segment;
-use crate::kernels::{dot, matmul, rms_norm, softmax_in_place, Reduction};
+use crate::kernels::{dot, matmul, push_dots, rms_norm, softmax_in_place, weighted_sum, Reduction};
 
 impl Model {
     /// Feed `b`, writing every layer's latent and rope rows with `b.writer`; returns the logits of the last row.
@@ -54,7 +54,7 @@ impl Model {
                     let t = pos0 + i;
                     // queries never see past themselves in prefill; decode sees the slot's whole kv length
                     let end = kv_len.map_or(t + 1, |n| n.max(t + 1)).min(cache.latent.capacity());
-                    let mut scores = Vec::with_capacity(end);
+                    let (mut scores, mut rope_scores) = (Vec::with_capacity(end), Vec::with_capacity(end));
                     let mut q_abs = vec![0.0f32; lora];
                     let mut o_lat = vec![0.0f32; lora];
                     for (hh, o) in out.chunks_exact_mut(hd).enumerate() {
@@ -67,16 +67,14 @@ impl Model {
                         for (&qd, wrow) in q_nope.iter().zip(w_uk.chunks_exact(lora)) {
                             q_abs.iter_mut().zip(wrow).for_each(|(a, w)| *a += qd * w);
                         }
+                        // score = (latent part + rope part) · scale, each part a fixed-order dot
                         scores.clear();
-                        scores.extend(
-                            (0..end)
-                                .map(|p| (dot(&q_abs, cache.latent.get(p)) + dot(q_rope, cache.rope.get(p))) * scale),
-                        );
+                        push_dots(&q_abs, (0..end).map(|p| cache.latent.get(p)), &mut scores);
+                        rope_scores.clear();
+                        push_dots(q_rope, (0..end).map(|p| cache.rope.get(p)), &mut rope_scores);
+                        scores.iter_mut().zip(&rope_scores).for_each(|(s, r)| *s = (*s + r) * scale);
                         softmax_in_place(&mut scores);
-                        o_lat.iter_mut().for_each(|v| *v = 0.0);
-                        for (p, &w) in scores.iter().enumerate() {
-                            o_lat.iter_mut().zip(cache.latent.get(p)).for_each(|(a, l)| *a += w * l);
-                        }
+                        weighted_sum(&scores, (0..end).map(|p| cache.latent.get(p)), &mut o_lat);
                         for (od, vrow) in o.iter_mut().zip(w_uv.chunks_exact(lora)) {
                             *od = dot(vrow, &o_lat);
                         }
