@@ -53,7 +53,10 @@ fn over_stdio_every_check_the_protocol_carries_is_performed() {
     let scenarios: Vec<Scenario> = ARCHES.iter().map(|a| stdio_scenario(a)).collect();
     let (summary, trials) = run("checks", &scenarios);
     let bad: Vec<_> = trials.iter().filter(|t| t.verdict != Verdict::Pass).collect();
-    assert!(summary.pass, "{bad:#?}");
+    // the scenarios' own reasons too: a scenario can fail with every trial passing (a required check skipped,
+    // planned trials without a result)
+    let reasons: Vec<_> = summary.scenarios.iter().filter(|s| !s.pass).map(|s| (&s.name, &s.reasons)).collect();
+    assert!(summary.pass, "failing trials: {bad:#?}\nfailing scenarios: {reasons:#?}");
     for s in &summary.scenarios {
         // nothing is skipped over stdio any more: cancel-retry runs through cancel_at=N
         assert!(s.skipped_cases.is_empty(), "{}: {:?}", s.name, s.skipped_cases);
