@@ -15,7 +15,7 @@ use crate::chat::{render, Message, Role};
 use crate::config::Preset;
 use crate::engine::{Engine, NoObserver, Request};
 use crate::error::Result;
-use crate::kernels::{attend, matmul, work, Work};
+use crate::kernels::{attend_many, matmul, work, Work};
 
 pub use limits::Limits;
 
@@ -68,15 +68,19 @@ fn time_matmul(x: &[f32], rows: usize, w: &[f32], out: usize, inp: usize, reps: 
     best_of(reps, || matmul(x, rows, w, out, inp, &mut y))
 }
 
-/// Seconds of a causal prefill's attention for one head of `width` (query `t` over keys `0..=t`), one task per
-/// position as the models run it; best of `reps`.
+/// Seconds of a causal prefill's attention for one head of `width` (query `t` over keys `0..=t`), in blocks of
+/// rows attending together as the models run it (`kernels::attend_many`), blocks in parallel; best of `reps`.
 fn time_attention(positions: usize, width: usize, reps: usize) -> f64 {
+    const ROWS: usize = 16;
     let (k, v, q) = (filled(positions * width, 83), filled(positions * width, 79), filled(positions * width, 89));
     let mut out = vec![0.0; positions * width];
     let row = |p: usize| (&k[p * width..(p + 1) * width], &v[p * width..(p + 1) * width]);
     best_of(reps, || {
-        out.par_chunks_mut(width).enumerate().for_each_init(Vec::new, |scores, (t, o)| {
-            attend(&q[t * width..(t + 1) * width], (0..=t).map(row), 0.125, scores, o);
+        out.par_chunks_mut(ROWS * width).enumerate().for_each(|(b, o)| {
+            let rows = b * ROWS..b * ROWS + o.len() / width;
+            let queries: Vec<&[f32]> = rows.clone().map(|t| &q[t * width..(t + 1) * width]).collect();
+            let ranges: Vec<_> = rows.map(|t| 0..t + 1).collect();
+            attend_many(&queries, &ranges, row, 0.125, o);
         });
     })
 }

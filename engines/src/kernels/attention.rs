@@ -1,21 +1,25 @@
-//! Scaled dot-product attention for one query head over keys given in ascending position order.
+//! Scaled dot-product attention over keys given in ascending position order: one query (`attend`), or several
+//! that share their keys (`attend_many`: the heads of a GQA group, the rows of a prefill block), which walks every
+//! key and value row once for all of them. Both give each query the same bits.
+//!
+//! Each score is `dot(q, k) · scale` (bitwise `dot`, in register tiles of sixteen), the scores of a query go
+//! through `softmax_in_place`, and each output element folds `pⱼ · vⱼ` into a sum starting at 0.0, one fused
+//! multiply-add per key in key order. Callers yield keys in ascending absolute position, so the order depends only
+//! on which positions are visible, never on where the rows are stored (ring, scratch, full cache) nor on which
+//! other queries attend alongside.
 
-use super::matmul::dot4;
+use std::ops::Range;
+
+use super::attention_tiles::{dots, fold};
+use super::matmul::{dot4, LANES};
 use super::{dot, softmax_in_place};
 
-/// Output elements per accumulator of the weighted sums (a YMM register). Eight, not sixteen: a 32-wide head
-/// then still keeps four independent accumulator chains over the keys (sixteen lanes left it two passes of one
-/// latency-bound chain each), and a 64-wide head's eight YMM chains are as fast as four ZMM ones.
-const LANES: usize = 8;
-type Lanes = [f32; LANES];
+/// Value rows a single-query weighted sum gathers before folding them (a stack array of row slices).
+const VALUE_BLOCK: usize = 64;
+/// Key or value rows every query takes before the next ones are read: 16 KiB of 64-wide rows, in L1.
+const KEY_BLOCK: usize = 64;
 
-/// `out = softmax(q·kᵢ · scale) · vᵢ` over the (key, value) rows yielded, in the order yielded.
-///
-/// Callers yield keys in ascending absolute position, so the reduction order depends only on which positions are
-/// visible — never on where the rows are stored (ring, scratch, full cache). Each score is `dot(q, kᵢ) * scale`
-/// (four keys at a time, same bits) and each output element folds `pᵢ·vᵢ` into a sum starting at 0.0 in key order,
-/// one fused multiply-add per key; the sums are only interleaved across output elements, which keeps each in a
-/// register over all the keys.
+/// `out = softmax(q·kⱼ · scale) · vⱼ` over the (key, value) rows yielded, in the order yielded.
 pub fn attend<'a>(
     q: &[f32],
     kv: impl Iterator<Item = (&'a [f32], &'a [f32])> + Clone,
@@ -30,77 +34,257 @@ pub fn attend<'a>(
     weighted_sum(scores, kv.map(|(_, v)| v), out);
 }
 
-/// Appends `dot(q, k)` for every key yielded, in order, four keys at a time (`dot4`, the same bits as `dot`).
+/// `attend` for several queries of one width at once: query `r` attends over key indices `ranges[r]` (ascending),
+/// the rows of index `j` being `kv(j)`; its output goes to `out[r · width..(r + 1) · width]`. Each query's output
+/// is bitwise what `attend` gives it alone. The indices all ranges share are walked once for every query, in
+/// tiles that load a key or value row once for several queries; the rest query by query.
+pub fn attend_many<'a>(
+    queries: &[&[f32]],
+    ranges: &[Range<usize>],
+    kv: impl Fn(usize) -> (&'a [f32], &'a [f32]),
+    scale: f32,
+    out: &mut [f32],
+) {
+    let Some(width) = queries.first().map(|q| q.len()) else { return };
+    assert!(queries.iter().all(|q| q.len() == width), "attend_many: queries of different widths");
+    assert_eq!(ranges.len(), queries.len(), "attend_many: one range per query");
+    assert_eq!(out.len(), queries.len() * width, "attend_many: out is not queries x width");
+    let lo = ranges.iter().map(|r| r.start).min().unwrap_or(0);
+    let hi = ranges.iter().map(|r| r.end).max().unwrap_or(0).max(lo);
+    let pairs: usize = ranges.iter().map(|r| r.len()).sum();
+    super::work::count(4 * pairs * width, 0);
+    let (keys, values): (Vec<&[f32]>, Vec<&[f32]>) = (lo..hi).map(&kv).unzip();
+    let n = hi - lo;
+    // the indices every query sees, relative to `lo` (empty when the ranges do not all overlap)
+    let start = ranges.iter().map(|r| r.start).max().unwrap_or(lo) - lo;
+    let end = (ranges.iter().map(|r| r.end).min().unwrap_or(lo) - lo).max(start);
+    let own = |r: &Range<usize>| r.start - lo..r.end.max(r.start) - lo;
+    // a query's own indices before and after the shared ones
+    let before = |mine: &Range<usize>| mine.start..start.min(mine.end);
+    let after = |mine: &Range<usize>| end.clamp(mine.start, mine.end)..mine.end;
+
+    // scores: query r's score of index lo + j at s[r · n + j]
+    let mut s = vec![0.0f32; queries.len() * n];
+    for (r, (q, range)) in queries.iter().zip(ranges).enumerate() {
+        let row = &mut s[r * n..(r + 1) * n];
+        let mine = own(range);
+        for part in [before(&mine), after(&mine)] {
+            dots_into(q, &keys[part.clone()], &mut row[part]);
+        }
+    }
+    common_dots(queries, &keys[start..end], start, n, &mut s);
+    for (r, range) in ranges.iter().enumerate() {
+        let p = &mut s[r * n..(r + 1) * n][own(range)];
+        p.iter_mut().for_each(|x| *x *= scale);
+        softmax_in_place(p);
+    }
+
+    // weighted sums, each query's in index order: its own leading indices, the shared ones, its own trailing ones
+    out.fill(0.0);
+    let chunks = width / LANES;
+    for (r, range) in ranges.iter().enumerate() {
+        let part = before(&own(range));
+        fold_rows(&[&s[r * n..(r + 1) * n][part.clone()]], &values[part], &mut out[r * width..(r + 1) * width], chunks);
+    }
+    let shared: Vec<&[f32]> = (0..queries.len()).map(|r| &s[r * n + start..r * n + end]).collect();
+    fold_rows(&shared, &values[start..end], out, chunks);
+    for (r, range) in ranges.iter().enumerate() {
+        let part = after(&own(range));
+        fold_rows(&[&s[r * n..(r + 1) * n][part.clone()]], &values[part], &mut out[r * width..(r + 1) * width], chunks);
+    }
+    // the elements past the last whole chunk, each folded over the query's indices in order
+    if width % LANES != 0 {
+        for (r, range) in ranges.iter().enumerate() {
+            let mine = own(range);
+            let o = &mut out[r * width + chunks * LANES..(r + 1) * width];
+            for (p, v) in s[r * n..(r + 1) * n][mine.clone()].iter().zip(&values[mine]) {
+                for (o, x) in o.iter_mut().zip(&v[chunks * LANES..]) {
+                    *o = p.mul_add(*x, *o);
+                }
+            }
+        }
+    }
+}
+
+/// The scores of the shared indices (`keys`, starting at index `at` of each query's score row of `n`), a block of
+/// keys at a time (it stays in L1 while every query takes it): four queries at a time against four keys, then a
+/// pair against eight, then one against sixteen.
+fn common_dots(queries: &[&[f32]], keys: &[&[f32]], at: usize, n: usize, s: &mut [f32]) {
+    for (b, block) in keys.chunks(KEY_BLOCK).enumerate() {
+        let at = at + b * KEY_BLOCK;
+        let mut r = 0;
+        while queries.len() - r >= 4 {
+            tile_dots::<4, 4>(&queries[r..r + 4], block, at, n, &mut s[r * n..(r + 4) * n]);
+            r += 4;
+        }
+        if queries.len() - r >= 2 {
+            tile_dots::<2, 8>(&queries[r..r + 2], block, at, n, &mut s[r * n..(r + 2) * n]);
+            r += 2;
+        }
+        if r < queries.len() {
+            dots_into(queries[r], block, &mut s[r * n + at..r * n + at + block.len()]);
+        }
+    }
+}
+
+/// `R` queries' scores of `keys` in `R x K` tiles, the keys left over one by one; query `r`'s score of key `j` goes
+/// to `s[r · n + at + j]`.
+fn tile_dots<const R: usize, const K: usize>(queries: &[&[f32]], keys: &[&[f32]], at: usize, n: usize, s: &mut [f32]) {
+    let q: [&[f32]; R] = std::array::from_fn(|r| queries[r]);
+    let chunks = q[0].len() / LANES;
+    let whole = if chunks > 0 { keys.len() / K * K } else { 0 };
+    let mut rows = s.chunks_exact_mut(n);
+    let out: [&mut [f32]; R] = std::array::from_fn(|_| &mut rows.next().expect("R score rows")[at..at + keys.len()]);
+    let mut out = out;
+    dots::<R, K>(q, &keys[..whole], chunks, out.each_mut().map(|o| &mut o[..whole]));
+    for (o, qr) in out.iter_mut().zip(&q) {
+        if chunks * LANES < qr.len() {
+            for (x, kr) in o[..whole].iter_mut().zip(keys) {
+                *x = with_tail(*x, qr, kr, chunks);
+            }
+        }
+        for (x, kr) in o[whole..].iter_mut().zip(&keys[whole..]) {
+            *x = dot(qr, kr);
+        }
+    }
+}
+
+/// `finish`'s tail: the elements past the last whole chunk fused in order after the tree.
+#[inline]
+fn with_tail(mut sum: f32, q: &[f32], k: &[f32], chunks: usize) -> f32 {
+    for (x, y) in q[chunks * LANES..].iter().zip(&k[chunks * LANES..]) {
+        sum = x.mul_add(*y, sum);
+    }
+    sum
+}
+
+/// `out[j] = dot(q, keys[j])`: sixteen keys a tile, then four, then one by one.
+fn dots_into(q: &[f32], keys: &[&[f32]], out: &mut [f32]) {
+    let chunks = q.len() / LANES;
+    let whole = if chunks > 0 { keys.len() / 16 * 16 } else { 0 };
+    dots::<1, 16>([q], &keys[..whole], chunks, [&mut out[..whole]]);
+    if chunks * LANES < q.len() {
+        for (x, kr) in out[..whole].iter_mut().zip(keys) {
+            *x = with_tail(*x, q, kr, chunks);
+        }
+    }
+    let mut o = whole;
+    let mut fours = keys[whole..].chunks_exact(4);
+    for f in fours.by_ref() {
+        out[o..o + 4].copy_from_slice(&dot4(q, [f[0], f[1], f[2], f[3]]));
+        o += 4;
+    }
+    for (k, x) in fours.remainder().iter().zip(&mut out[o..]) {
+        *x = dot(q, k);
+    }
+}
+
+/// Appends `dot(q, k)` for every key yielded, in order (bitwise `dot`).
 pub fn push_dots<'a>(q: &[f32], keys: impl Iterator<Item = &'a [f32]>, scores: &mut Vec<f32>) {
-    let (mut group, mut n, before): ([&[f32]; 4], usize, usize) = ([&[]; 4], 0, scores.len());
+    let before = scores.len();
+    let (mut block, mut n): ([&[f32]; 16], usize) = ([&[]; 16], 0);
     for k in keys {
-        group[n] = k;
+        assert_eq!(k.len(), q.len(), "push_dots: a key is not as wide as the query");
+        block[n] = k;
         n += 1;
-        if n == 4 {
-            scores.extend(dot4(q, group));
+        if n == 16 {
+            let at = scores.len();
+            scores.resize(at + 16, 0.0);
+            dots_into(q, &block, &mut scores[at..]);
             n = 0;
         }
     }
-    scores.extend(group[..n].iter().map(|k| dot(q, k)));
+    let at = scores.len();
+    scores.resize(at + n, 0.0);
+    dots_into(q, &block[..n], &mut scores[at..]);
     super::work::count(2 * (scores.len() - before) * q.len(), 0);
 }
 
-/// `out = Σᵢ pᵢ · vᵢ` over the values yielded, each output element summed from 0.0 in value order with one fused
-/// multiply-add per value; the sums are only interleaved across output elements, which keeps each in a register
-/// over all the values.
+/// `out = Σⱼ pⱼ · vⱼ` over the values yielded, each output element summed from 0.0 in value order with one fused
+/// multiply-add per value.
 pub fn weighted_sum<'a>(p: &[f32], values: impl Iterator<Item = &'a [f32]> + Clone, out: &mut [f32]) {
     super::work::count(2 * p.len() * out.len(), 0);
-    let (chunks, tail) = out.as_chunks_mut::<LANES>();
-    let mut c = 0;
-    while c < chunks.len() {
-        let dst = &mut chunks[c..];
-        let step = match dst.len() {
-            16.. => put(dst, weighted::<16>(p, values.clone(), c)),
-            8..=15 => put(dst, weighted::<8>(p, values.clone(), c)),
-            4..=7 => put(dst, weighted::<4>(p, values.clone(), c)),
-            _ => put(dst, weighted::<1>(p, values.clone(), c)),
-        };
-        c += step;
+    out.fill(0.0);
+    let chunks = out.len() / LANES;
+    let (mut block, mut n, mut done): ([&[f32]; VALUE_BLOCK], usize, usize) = ([&[]; VALUE_BLOCK], 0, 0);
+    for v in values.clone().take(p.len()) {
+        block[n] = v;
+        n += 1;
+        if n == VALUE_BLOCK {
+            fold_rows(&[&p[done..done + n]], &block, out, chunks);
+            done += n;
+            n = 0;
+        }
     }
-    if !tail.is_empty() {
-        let at = chunks.len() * LANES;
-        tail.iter_mut().for_each(|o| *o = 0.0);
+    fold_rows(&[&p[done..done + n]], &block[..n], out, chunks);
+    let at = chunks * LANES;
+    if at < out.len() {
         for (p, v) in p.iter().zip(values) {
-            for (o, x) in tail.iter_mut().zip(&v[at..]) {
+            for (o, x) in out[at..].iter_mut().zip(&v[at..]) {
                 *o = p.mul_add(*x, *o);
             }
         }
     }
 }
 
-/// Writes `sums` to the front of `dst`; returns how many chunks that was.
-fn put<const N: usize>(dst: &mut [Lanes], sums: [Lanes; N]) -> usize {
-    dst[..N].copy_from_slice(&sums);
-    N
-}
-
-/// `acc[l] = p · v[l] + acc[l]` for every lane, fused (one rounding, the same bits in hardware or software).
-#[inline(always)]
-fn scale_acc(acc: &mut Lanes, p: f32, v: &Lanes) {
-    for l in 0..LANES {
-        acc[l] = p.mul_add(v[l], acc[l]);
+/// Folds `values` (weights `p[r]` for query `r`) into the whole chunks of each query's output row (`out`, rows of
+/// `out.len() / p.len()`): a block of values at a time (it stays in L1 while every query takes it), up to eight
+/// chunks a pass, as many queries at once as sixteen registers hold.
+fn fold_rows(p: &[&[f32]], values: &[&[f32]], out: &mut [f32], chunks: usize) {
+    if p.is_empty() || values.is_empty() {
+        return;
     }
-}
-
-/// The weighted sums over all values of `N` lane chunks of the output starting at chunk `at`, each chunk summed in
-/// value order from 0.0. `inline(never)` for the same reason as the matmul micro-kernels: compiled alone with `N`
-/// a constant, each accumulator is one YMM register (16 of them still fit the 32 of AVX-512, so a 128-wide latent
-/// row is walked once).
-#[inline(never)]
-fn weighted<'a, const N: usize>(p: &[f32], values: impl Iterator<Item = &'a [f32]>, at: usize) -> [Lanes; N] {
-    let mut acc = [[0.0f32; LANES]; N];
-    for (&pt, v) in p.iter().zip(values) {
-        let v = &v.as_chunks::<LANES>().0[at..at + N];
-        for (a, v) in acc.iter_mut().zip(v) {
-            scale_acc(a, pt, v);
+    let width = out.len() / p.len();
+    for (b, block) in values.chunks(KEY_BLOCK).enumerate() {
+        let first = b * KEY_BLOCK;
+        let mut at = 0;
+        while at < chunks {
+            let c = match chunks - at {
+                8.. => 8,
+                4..=7 => 4,
+                2 | 3 => 2,
+                _ => 1,
+            };
+            let mut r = 0;
+            while r < p.len() {
+                let fit = (16 / c).min(p.len() - r);
+                // the largest power of two that fits
+                let q = 1 << (usize::BITS - 1 - fit.leading_zeros());
+                let rows = &mut out[r * width..(r + q) * width];
+                let mut w: [&[f32]; 16] = [&[]; 16];
+                for (wi, pr) in w.iter_mut().zip(&p[r..r + q]) {
+                    *wi = &pr[first..first + block.len()];
+                }
+                match (q, c) {
+                    (1, 8) => fold_n::<1, 8>(&w[..q], block, at, rows),
+                    (2, 8) => fold_n::<2, 8>(&w[..q], block, at, rows),
+                    (1, 4) => fold_n::<1, 4>(&w[..q], block, at, rows),
+                    (2, 4) => fold_n::<2, 4>(&w[..q], block, at, rows),
+                    (4, 4) => fold_n::<4, 4>(&w[..q], block, at, rows),
+                    (1, 2) => fold_n::<1, 2>(&w[..q], block, at, rows),
+                    (2, 2) => fold_n::<2, 2>(&w[..q], block, at, rows),
+                    (4, 2) => fold_n::<4, 2>(&w[..q], block, at, rows),
+                    (8, 2) => fold_n::<8, 2>(&w[..q], block, at, rows),
+                    (1, 1) => fold_n::<1, 1>(&w[..q], block, at, rows),
+                    (2, 1) => fold_n::<2, 1>(&w[..q], block, at, rows),
+                    (4, 1) => fold_n::<4, 1>(&w[..q], block, at, rows),
+                    (8, 1) => fold_n::<8, 1>(&w[..q], block, at, rows),
+                    _ => fold_n::<16, 1>(&w[..q], block, at, rows),
+                }
+                r += q;
+            }
+            at += c;
         }
     }
-    acc
+}
+
+/// `fold` for `Q` queries whose output rows are `rows` (`Q` rows of equal width).
+#[inline]
+fn fold_n<const Q: usize, const C: usize>(p: &[&[f32]], values: &[&[f32]], at: usize, rows: &mut [f32]) {
+    let width = rows.len() / Q;
+    let mut it = rows.chunks_exact_mut(width);
+    let acc: [&mut [f32]; Q] = std::array::from_fn(|_| it.next().expect("Q rows"));
+    fold::<Q, C>(std::array::from_fn(|q| p[q]), values, at, acc);
 }
 
 #[cfg(test)]
@@ -144,6 +328,24 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Every score `push_dots` appends is bitwise `dot` of the query and that key, however many keys (whole
+        /// blocks of sixteen, fours and single keys after them) and whatever the width (under one chunk, whole
+        /// chunks, a tail after them).
+        #[test]
+        fn push_dots_is_dot_per_key(hd in 1usize..150, keys in 0usize..70, seed in any::<u64>()) {
+            let mut r = SplitMix64::new(seed);
+            let mut v = |n: usize| -> Vec<f32> { (0..n).map(|_| r.uniform(1.0)).collect() };
+            let (q, ks) = (v(hd), v(keys * hd));
+            let mut got = vec![f32::NAN];
+            push_dots(&q, ks.chunks_exact(hd), &mut got);
+            let want: Vec<u32> = ks.chunks_exact(hd).map(|k| dot(&q, k).to_bits()).collect();
+            prop_assert_eq!(got[0].to_bits(), f32::NAN.to_bits(), "push_dots appends, it keeps what is there");
+            prop_assert_eq!(got[1..].iter().map(|x| x.to_bits()).collect::<Vec<_>>(), want);
+        }
+    }
+
+    proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
         /// Bitwise the reference for any head width (multiples of 8 or not, wider than one 8-chunk block) and any
         /// number of keys (a multiple of 4 or not, none included).
@@ -151,6 +353,39 @@ mod tests {
         fn attend_matches_reference(hd in 1usize..150, keys in 0usize..23, seed in any::<u64>()) {
             let (got, want) = attend_bits(hd, keys, seed);
             prop_assert_eq!(got, want);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Every query of `attend_many` gets bitwise what `attend` gives it alone over its own range, whatever the
+        /// other queries see: ranges that share everything (a GQA group), a causal block, sliding windows, ranges
+        /// that do not meet, empty ones; any number of queries (tiles of four, two, one) and any width.
+        #[test]
+        fn attend_many_is_attend_per_query(
+            hd in 1usize..100,
+            ranges in proptest::collection::vec((0usize..150, 0usize..150), 1..19),
+            seed in any::<u64>(),
+        ) {
+            // more keys than one block of `KEY_BLOCK`
+            let keys = 150;
+            let mut r = SplitMix64::new(seed);
+            let mut v = |n: usize| -> Vec<f32> { (0..n).map(|_| r.uniform(1.0)).collect() };
+            let (qs, ks, vs) = (v(ranges.len() * hd), v(keys * hd), v(keys * hd));
+            let ranges: Vec<Range<usize>> = ranges.iter().map(|&(a, b)| a.min(b)..a.max(b)).collect();
+            let queries: Vec<&[f32]> = qs.chunks_exact(hd).collect();
+            let row = |j: usize| (&ks[j * hd..(j + 1) * hd], &vs[j * hd..(j + 1) * hd]);
+            let mut got = vec![f32::NAN; queries.len() * hd];
+            attend_many(&queries, &ranges, row, 0.3, &mut got);
+            for (i, (q, range)) in queries.iter().zip(&ranges).enumerate() {
+                let mut want = vec![f32::NAN; hd];
+                attend(q, range.clone().map(row), 0.3, &mut Vec::new(), &mut want);
+                prop_assert_eq!(
+                    got[i * hd..(i + 1) * hd].iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    want.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    "query {} over {:?}", i, range
+                );
+            }
         }
     }
 }

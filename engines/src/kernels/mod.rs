@@ -4,6 +4,9 @@
 
 mod activation;
 mod attention;
+#[cfg(target_arch = "x86_64")]
+mod attention_avx512;
+mod attention_tiles;
 mod exp;
 mod matmul;
 #[cfg(target_arch = "x86_64")]
@@ -15,7 +18,7 @@ mod rope;
 mod work;
 
 pub use activation::{silu, softmax_in_place};
-pub use attention::{attend, push_dots, weighted_sum};
+pub use attention::{attend, attend_many, push_dots, weighted_sum};
 pub use exp::exp;
 pub use matmul::{dot, matmul, matmul_with};
 pub use norm::rms_norm;

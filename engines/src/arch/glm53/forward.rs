@@ -7,15 +7,14 @@
 //! prefill or decode wrote it; only the position-fixed grid and the canonical bound keep warm equal to cold.
 //! Attention itself reads keys in ascending position order: cached rows below the batch, then the batch's own.
 
-use rayon::prelude::*;
-
 use super::model::Model;
+use crate::arch::gqa_attend::attend_rows;
 use crate::arch::gqa_dims::Dims;
 use crate::arch::gqa_proj::GqaProj;
 use crate::arch::moe_sublayer::add_moe_sublayer;
 use crate::cache::{FullCache, RowMeta};
 use crate::dump::Writer;
-use crate::kernels::{attend, matmul_with, rms_norm, silu, Reduction};
+use crate::kernels::{matmul_with, rms_norm, silu, Reduction};
 use crate::moe::Expert;
 
 /// k and v rows of one layer (`kv_heads · head_dim` wide, one per position up to the capacity), row t holding
@@ -71,7 +70,7 @@ impl Model {
     fn attention(&self, norm: &[f32], a: &GqaProj, kv: &mut LayerKv, x: &mut [f32], b: &Batch, red: Reduction) {
         let c = &self.config;
         let d = Dims::of(c);
-        let Dims { h, hd, qd, kvd, group, scale } = d;
+        let Dims { h, hd, qd, kvd, .. } = d;
         let (s, pos0) = (b.ids.len(), b.pos0);
         let mut xn = x.to_vec();
         rms_norm(&mut xn, norm, c.norm_eps);
@@ -82,24 +81,16 @@ impl Model {
         }
         let mut att = vec![0.0; s * qd];
         {
-            let (cache, k, v, q) = (&*kv, &k, &v, &q);
-            att.par_chunks_mut(qd).enumerate().for_each(|(i, out)| {
-                let t = pos0 + i;
-                let mut scores = Vec::with_capacity(t + 1);
-                for head in 0..c.heads {
-                    let g = head / group;
-                    let row = move |p: usize| -> (&[f32], &[f32]) {
-                        let (kr, vr) = if p >= pos0 {
-                            (&k[(p - pos0) * kvd..(p - pos0 + 1) * kvd], &v[(p - pos0) * kvd..(p - pos0 + 1) * kvd])
-                        } else {
-                            (cache.k.get(p), cache.v.get(p))
-                        };
-                        (&kr[g * hd..(g + 1) * hd], &vr[g * hd..(g + 1) * hd])
-                    };
-                    let qh = &q[i * qd + head * hd..i * qd + (head + 1) * hd];
-                    attend(qh, (0..=t).map(row), scale, &mut scores, &mut out[head * hd..(head + 1) * hd]);
-                }
-            });
+            let (cache, k, v) = (&*kv, &k, &v);
+            let row = |g: usize, p: usize| -> (&[f32], &[f32]) {
+                let (kr, vr) = if p >= pos0 {
+                    (&k[(p - pos0) * kvd..(p - pos0 + 1) * kvd], &v[(p - pos0) * kvd..(p - pos0 + 1) * kvd])
+                } else {
+                    (cache.k.get(p), cache.v.get(p))
+                };
+                (&kr[g * hd..(g + 1) * hd], &vr[g * hd..(g + 1) * hd])
+            };
+            attend_rows(&q, (&d).into(), |i| 0..pos0 + i + 1, row, &mut att);
         }
         let mut o = vec![0.0; s * h];
         matmul_with(red, &att, s, &a.wo, h, qd, &mut o);

@@ -4,16 +4,15 @@
 //! would overwrite history that earlier queries of the same batch still read. The current batch is read from the
 //! scratch buffers, older positions from the caches, always in ascending position order.
 
-use rayon::prelude::*;
-
 use super::model::Model;
 use super::state::{LayerKv, State};
+use crate::arch::gqa_attend::attend_rows;
 use crate::arch::gqa_dims::Dims;
 use crate::arch::moe_sublayer::add_moe_sublayer;
 use crate::arch::short_conv::short_conv;
 use crate::engine_loop::Segment;
 use crate::fault::Fault;
-use crate::kernels::{attend, matmul, rms_norm};
+use crate::kernels::{matmul, rms_norm};
 use crate::tokenizer::AUDIO;
 
 impl Model {
@@ -47,7 +46,7 @@ impl Model {
     pub fn forward(&self, st: &mut State, b: &Segment, fault: Option<Fault>) -> Vec<f32> {
         let c = &self.config;
         let d = Dims::of(c);
-        let Dims { h, hd, qd, kvd, group, scale } = d;
+        let Dims { h, hd, qd, kvd, .. } = d;
         let s = b.ids.len();
         let pos0 = b.pos0;
         let mut x = self.embed_rows(b);
@@ -75,24 +74,20 @@ impl Model {
             {
                 let cache = &st.kv[l];
                 let (k, v) = (&k, &v);
-                att.par_chunks_mut(qd).enumerate().for_each(|(i, out)| {
+                let visible = |i: usize| {
                     let t = pos0 + i;
                     let lo = if sliding { (t + 1).saturating_sub(c.window) } else { 0 };
-                    let mut scores = Vec::with_capacity(t + 1 - lo);
-                    for head in 0..c.heads {
-                        let g = head / group;
-                        let row = move |p: usize| -> (&[f32], &[f32]) {
-                            let (kr, vr) = if p >= pos0 && !append_first {
-                                (&k[(p - pos0) * kvd..(p - pos0 + 1) * kvd], &v[(p - pos0) * kvd..(p - pos0 + 1) * kvd])
-                            } else {
-                                (cache.k(p), cache.v(p))
-                            };
-                            (&kr[g * hd..(g + 1) * hd], &vr[g * hd..(g + 1) * hd])
-                        };
-                        let qh = &q[i * qd + head * hd..i * qd + (head + 1) * hd];
-                        attend(qh, (lo..=t).map(row), scale, &mut scores, &mut out[head * hd..(head + 1) * hd]);
-                    }
-                });
+                    lo..t + 1
+                };
+                let row = |g: usize, p: usize| -> (&[f32], &[f32]) {
+                    let (kr, vr) = if p >= pos0 && !append_first {
+                        (&k[(p - pos0) * kvd..(p - pos0 + 1) * kvd], &v[(p - pos0) * kvd..(p - pos0 + 1) * kvd])
+                    } else {
+                        (cache.k(p), cache.v(p))
+                    };
+                    (&kr[g * hd..(g + 1) * hd], &vr[g * hd..(g + 1) * hd])
+                };
+                attend_rows(&q, (&d).into(), visible, row, &mut att);
             }
             let mut o = vec![0.0; s * h];
             matmul(&att, s, &layer.attn.proj.gqa.wo, h, qd, &mut o);

@@ -8,11 +8,12 @@ use rayon::prelude::*;
 
 use super::model::{Kda, Mixer, Mla, Model};
 use super::state::{KdaState, LayerState, State};
+use crate::arch::gqa_attend::{attend_rows, Heads};
 use crate::arch::moe_sublayer::add_moe_sublayer;
 use crate::arch::short_conv::short_conv;
 use crate::cache::{FullCache, RowMeta, Rows};
 use crate::engine_loop::Segment;
-use crate::kernels::{attend, dot, matmul, rms_norm, silu, Reduction};
+use crate::kernels::{dot, matmul, rms_norm, silu, Reduction};
 
 fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
@@ -168,28 +169,42 @@ impl Model {
         rms_norm(&mut lat, &w.kv_norm, c.norm_eps);
         let scale = 1.0 / (hd as f32).sqrt();
 
-        let mut att = vec![0.0; s * qd];
+        // absorb each head's key up-projection into its queries: the scores read latent rows directly
+        let mut q_abs = vec![0.0; s * heads * kvl];
+        let (mut qh, mut qa) = (vec![0.0; s * hd], vec![0.0; s * kvl]);
+        for head in 0..heads {
+            for (dst, src) in qh.chunks_exact_mut(hd).zip(q.chunks_exact(qd)) {
+                dst.copy_from_slice(&src[head * hd..(head + 1) * hd]);
+            }
+            matmul(&qh, s, &w.k_up_t[head], kvl, hd, &mut qa);
+            for (i, row) in qa.chunks_exact(kvl).enumerate() {
+                q_abs[(i * heads + head) * kvl..][..kvl].copy_from_slice(row);
+            }
+        }
+        // every head reads the same latent rows (key and value alike): one kv head for all of them
+        let mut pooled = vec![0.0; s * heads * kvl];
         {
-            let (cache, lat, q, gate) = (&*latent, &lat, &q, &gate);
-            att.par_chunks_mut(qd).enumerate().for_each(|(i, out)| {
-                let t = pos0 + i;
-                let mut scores = Vec::with_capacity(t + 1);
-                let mut q_abs = vec![0.0; kvl];
-                let mut pooled = vec![0.0; kvl];
-                for head in 0..heads {
-                    // absorb the key up-projection into the query: scores read latent rows directly
-                    matmul(&q[i * qd + head * hd..i * qd + (head + 1) * hd], 1, &w.k_up_t[head], kvl, hd, &mut q_abs);
-                    let rows = (0..=t).map(|p| {
-                        let r = if p >= pos0 { &lat[(p - pos0) * kvl..(p - pos0 + 1) * kvl] } else { cache.get(p) };
-                        (r, r)
-                    });
-                    attend(&q_abs, rows, scale, &mut scores, &mut pooled);
-                    let o = &mut out[head * hd..(head + 1) * hd];
-                    matmul(&pooled, 1, &w.v_up[head], hd, kvl, o);
-                    let g = &gate[i * qd + head * hd..i * qd + (head + 1) * hd];
-                    o.iter_mut().zip(g).for_each(|(x, g)| *x *= sigmoid(*g));
+            let (cache, lat) = (&*latent, &lat);
+            let row = |_: usize, p: usize| {
+                let r = if p >= pos0 { &lat[(p - pos0) * kvl..(p - pos0 + 1) * kvl] } else { cache.get(p) };
+                (r, r)
+            };
+            let shape = Heads { width: kvl, heads, group: heads, scale };
+            attend_rows(&q_abs, shape, |i| 0..pos0 + i + 1, row, &mut pooled);
+        }
+        let mut att = vec![0.0; s * qd];
+        let (mut ph, mut oh) = (vec![0.0; s * kvl], vec![0.0; s * hd]);
+        for head in 0..heads {
+            for (i, dst) in ph.chunks_exact_mut(kvl).enumerate() {
+                dst.copy_from_slice(&pooled[(i * heads + head) * kvl..][..kvl]);
+            }
+            matmul(&ph, s, &w.v_up[head], hd, kvl, &mut oh);
+            for (i, o) in oh.chunks_exact(hd).enumerate() {
+                let g = &gate[i * qd + head * hd..i * qd + (head + 1) * hd];
+                for ((a, x), g) in att[i * qd + head * hd..][..hd].iter_mut().zip(o).zip(g) {
+                    *a = x * sigmoid(*g);
                 }
-            });
+            }
         }
         for i in 0..s {
             let m = RowMeta { pos: (pos0 + i) as i64, ..meta };

@@ -6,13 +6,12 @@
 //! query row attends over positions `0..=t` in ascending order, so a position's values are bitwise the same
 //! whether it is fed in a long prefill, a short one, or as a decode step.
 
-use rayon::prelude::*;
-
 use super::model::Model;
 use super::state::State;
+use crate::arch::gqa_attend::attend_rows;
 use crate::arch::gqa_dims::Dims;
 use crate::engine_loop::Segment;
-use crate::kernels::{attend, qmatmul, rms_norm, silu};
+use crate::kernels::{qmatmul, rms_norm, silu};
 
 /// Rotary embedding with adjacent pairs: `(x[2i], x[2i+1])` of each head rotated by `pos · base^(-2i/rope_dim)`
 /// for `2i < rope_dim` (the "normal" rope of GGUF llama files, whose q/k rows are stored in that pair order).
@@ -65,7 +64,8 @@ impl Model {
     /// Feed `b` into `st`; the residual stream after the last layer, one row per position.
     pub fn hidden_states(&self, st: &mut State, b: &Segment) -> Vec<f32> {
         let c = &self.config;
-        let Dims { h, hd, qd, kvd, group, scale } = Dims::of(c);
+        let dims = Dims::of(c);
+        let Dims { h, hd, qd, kvd, .. } = dims;
         let f = c.ffn;
         let s = b.ids.len();
         let rope = PairRope::new(c.rope_dim, c.rope_theta);
@@ -97,16 +97,9 @@ impl Model {
                 kv.v.put(b.pos0 + i, &v[i * kvd..(i + 1) * kvd], meta);
             }
             let cache = &*kv;
-            // one task per (position, query head): decode attends with every thread too
-            att.par_chunks_mut(hd).enumerate().for_each_init(Vec::new, |scores, (j, out)| {
-                let (i, head) = (j / c.heads, j % c.heads);
-                let t = b.pos0 + i;
-                let g = group_of(head, group);
-                let rows =
-                    (0..=t).map(|p| (&cache.k.get(p)[g * hd..(g + 1) * hd], &cache.v.get(p)[g * hd..(g + 1) * hd]));
-                let qh = &q[i * qd + head * hd..i * qd + (head + 1) * hd];
-                attend(qh, rows, scale, scores, out);
-            });
+            let kv_of =
+                |g: usize, p: usize| (&cache.k.get(p)[g * hd..(g + 1) * hd], &cache.v.get(p)[g * hd..(g + 1) * hd]);
+            attend_rows(&q, (&dims).into(), |i| 0..b.pos0 + i + 1, kv_of, &mut att);
             qmatmul(&att, s, &layer.wo, &mut o);
             x.iter_mut().zip(&o).for_each(|(a, d)| *a += d);
 
@@ -129,9 +122,4 @@ impl Model {
         qmatmul(&last, 1, &self.output, &mut logits);
         logits
     }
-}
-
-/// The kv head query head `head` reads (`group` query heads share one).
-fn group_of(head: usize, group: usize) -> usize {
-    head / group
 }
