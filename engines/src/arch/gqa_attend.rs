@@ -9,9 +9,14 @@ use rayon::prelude::*;
 use super::gqa_dims::Dims;
 use crate::kernels::attend_many;
 
-/// Rows of a segment attending together in one task: enough that a key row read from memory serves many queries,
-/// few enough that their scores (rows x group x context) stay in L2.
-const ROWS: usize = 16;
+/// Queries attending together in one task (rows of a block times the query heads of a kv head): enough that a key
+/// row read from memory serves many queries, few enough that their scores (queries x context) stay in L2.
+const QUERIES: usize = 32;
+
+/// Rows of a segment per task when `group` query heads share a kv head.
+pub fn rows_per_task(group: usize) -> usize {
+    (QUERIES / group.max(1)).max(1)
+}
 
 /// The query heads of a segment's rows: how wide each is, how many share one kv head, how scores are scaled.
 #[derive(Debug, Clone, Copy)]
@@ -45,12 +50,13 @@ pub fn attend_rows<'a>(
     let qd = heads * hd;
     let rows = q.len() / qd.max(1);
     let kv_heads = heads / group.max(1);
-    let blocks = rows.div_ceil(ROWS);
+    let per = rows_per_task(group);
+    let blocks = rows.div_ceil(per);
     let outs: Vec<Vec<f32>> = (0..blocks * kv_heads)
         .into_par_iter()
         .map(|task| {
             let (block, g) = (task / kv_heads, task % kv_heads);
-            let rows = block * ROWS..((block + 1) * ROWS).min(rows);
+            let rows = block * per..((block + 1) * per).min(rows);
             // queries in (row, head of the group) order
             let queries: Vec<&[f32]> =
                 rows.clone().flat_map(|i| (0..group).map(move |j| &q[i * qd + (g * group + j) * hd..][..hd])).collect();
@@ -63,7 +69,7 @@ pub fn attend_rows<'a>(
     for (task, out) in outs.iter().enumerate() {
         let (block, g) = (task / kv_heads, task % kv_heads);
         for (n, o) in out.chunks_exact(hd).enumerate() {
-            let (i, j) = (block * ROWS + n / group, n % group);
+            let (i, j) = (block * per + n / group, n % group);
             att[i * qd + (g * group + j) * hd..][..hd].copy_from_slice(o);
         }
     }

@@ -45,61 +45,124 @@ pub fn attend_many<'a>(
     scale: f32,
     out: &mut [f32],
 ) {
-    let Some(width) = queries.first().map(|q| q.len()) else { return };
-    assert!(queries.iter().all(|q| q.len() == width), "attend_many: queries of different widths");
-    assert_eq!(ranges.len(), queries.len(), "attend_many: one range per query");
-    assert_eq!(out.len(), queries.len() * width, "attend_many: out is not queries x width");
-    let lo = ranges.iter().map(|r| r.start).min().unwrap_or(0);
-    let hi = ranges.iter().map(|r| r.end).max().unwrap_or(0).max(lo);
-    let pairs: usize = ranges.iter().map(|r| r.len()).sum();
-    super::work::count(4 * pairs * width, 0);
-    let (keys, values): (Vec<&[f32]>, Vec<&[f32]>) = (lo..hi).map(&kv).unzip();
-    let n = hi - lo;
-    // the indices every query sees, relative to `lo` (empty when the ranges do not all overlap)
-    let start = ranges.iter().map(|r| r.start).max().unwrap_or(lo) - lo;
-    let end = (ranges.iter().map(|r| r.end).min().unwrap_or(lo) - lo).max(start);
-    let own = |r: &Range<usize>| r.start - lo..r.end.max(r.start) - lo;
-    // a query's own indices before and after the shared ones
-    let before = |mine: &Range<usize>| mine.start..start.min(mine.end);
-    let after = |mine: &Range<usize>| end.clamp(mine.start, mine.end)..mine.end;
+    let mut scores = Scores::dots(queries, ranges, |j| kv(j).0);
+    scores.softmax(scale);
+    scores.weighted(|j| kv(j).1, out);
+}
 
-    // scores: query r's score of index lo + j at s[r · n + j]
-    let mut s = vec![0.0f32; queries.len() * n];
-    for (r, (q, range)) in queries.iter().zip(ranges).enumerate() {
-        let row = &mut s[r * n..(r + 1) * n];
-        let mine = own(range);
-        for part in [before(&mine), after(&mine)] {
-            dots_into(q, &keys[part.clone()], &mut row[part]);
+/// The scores of several queries over ranges of one key sequence (query `r` over indices `ranges[r]`), then their
+/// softmax and weighted sums: `attend_many` in steps, for attention whose score has more than one part (an MLA
+/// latent part plus a rope part).
+#[derive(Debug, Clone)]
+pub struct Scores {
+    ranges: Vec<Range<usize>>,
+    /// The lowest index any query sees; row `r` holds the scores of indices `lo..lo + n`.
+    lo: usize,
+    n: usize,
+    /// Query `r`'s score of index `lo + j` at `s[r · n + j]` (only its own indices are meaningful).
+    s: Vec<f32>,
+}
+
+impl Scores {
+    /// `dot(qᵣ, key(j))` for every query `r` and index `j` of its range, each bitwise `dot`: the indices all ranges
+    /// share in register tiles that load a key once for several queries, the rest query by query.
+    pub fn dots<'a>(queries: &[&[f32]], ranges: &[Range<usize>], key: impl Fn(usize) -> &'a [f32]) -> Scores {
+        assert_eq!(ranges.len(), queries.len(), "attention scores: one range per query");
+        let width = queries.first().map_or(0, |q| q.len());
+        assert!(queries.iter().all(|q| q.len() == width), "attention scores: queries of different widths");
+        let ranges: Vec<Range<usize>> = ranges.iter().map(|r| r.start..r.end.max(r.start)).collect();
+        let lo = ranges.iter().map(|r| r.start).min().unwrap_or(0);
+        let hi = ranges.iter().map(|r| r.end).max().unwrap_or(lo);
+        let keys: Vec<&[f32]> = (lo..hi).map(&key).collect();
+        assert!(keys.iter().all(|k| k.len() == width), "attention scores: a key is not as wide as the queries");
+        let pairs: usize = ranges.iter().map(|r| r.len()).sum();
+        super::work::count(2 * pairs * width, 0);
+        let mut sc = Scores { lo, n: hi - lo, s: vec![0.0; queries.len() * (hi - lo)], ranges };
+        let (start, end) = sc.shared();
+        for (r, q) in queries.iter().enumerate() {
+            let mine = sc.own(r);
+            let row = &mut sc.s[r * sc.n..(r + 1) * sc.n];
+            for part in [mine.start..start.min(mine.end), end.clamp(mine.start, mine.end)..mine.end] {
+                dots_into(q, &keys[part.clone()], &mut row[part]);
+            }
+        }
+        common_dots(queries, &keys[start..end], start, sc.n, &mut sc.s);
+        sc
+    }
+
+    /// The indices every query sees, relative to `lo` (empty when the ranges do not all overlap).
+    fn shared(&self) -> (usize, usize) {
+        let start = self.ranges.iter().map(|r| r.start).max().unwrap_or(self.lo) - self.lo;
+        let end = self.ranges.iter().map(|r| r.end).min().unwrap_or(self.lo) - self.lo;
+        (start, end.max(start))
+    }
+
+    /// Query `r`'s indices, relative to `lo`.
+    fn own(&self, r: usize) -> Range<usize> {
+        self.ranges[r].start - self.lo..self.ranges[r].end - self.lo
+    }
+
+    /// Query `r`'s scores, in index order.
+    pub fn row_mut(&mut self, r: usize) -> &mut [f32] {
+        let mine = self.own(r);
+        &mut self.s[r * self.n..(r + 1) * self.n][mine]
+    }
+
+    /// Adds `other`'s scores (the same queries and ranges) to these, pair by pair.
+    pub fn add(&mut self, other: &Scores) {
+        assert!(self.ranges == other.ranges, "attention scores: adding scores of other ranges");
+        self.s.iter_mut().zip(&other.s).for_each(|(a, b)| *a += b);
+    }
+
+    /// Each query's scores times `scale`, then through `softmax_in_place`: the weights of its values.
+    pub fn softmax(&mut self, scale: f32) {
+        for r in 0..self.ranges.len() {
+            let p = self.row_mut(r);
+            p.iter_mut().for_each(|x| *x *= scale);
+            softmax_in_place(p);
         }
     }
-    common_dots(queries, &keys[start..end], start, n, &mut s);
-    for (r, range) in ranges.iter().enumerate() {
-        let p = &mut s[r * n..(r + 1) * n][own(range)];
-        p.iter_mut().for_each(|x| *x *= scale);
-        softmax_in_place(p);
-    }
 
-    // weighted sums, each query's in index order: its own leading indices, the shared ones, its own trailing ones
-    out.fill(0.0);
-    let chunks = width / LANES;
-    for (r, range) in ranges.iter().enumerate() {
-        let part = before(&own(range));
-        fold_rows(&[&s[r * n..(r + 1) * n][part.clone()]], &values[part], &mut out[r * width..(r + 1) * width], chunks);
-    }
-    let shared: Vec<&[f32]> = (0..queries.len()).map(|r| &s[r * n + start..r * n + end]).collect();
-    fold_rows(&shared, &values[start..end], out, chunks);
-    for (r, range) in ranges.iter().enumerate() {
-        let part = after(&own(range));
-        fold_rows(&[&s[r * n..(r + 1) * n][part.clone()]], &values[part], &mut out[r * width..(r + 1) * width], chunks);
-    }
-    // the elements past the last whole chunk, each folded over the query's indices in order
-    if width % LANES != 0 {
-        for (r, range) in ranges.iter().enumerate() {
-            let mine = own(range);
-            let o = &mut out[r * width + chunks * LANES..(r + 1) * width];
-            for (p, v) in s[r * n..(r + 1) * n][mine.clone()].iter().zip(&values[mine]) {
-                for (o, x) in o.iter_mut().zip(&v[chunks * LANES..]) {
-                    *o = p.mul_add(*x, *o);
+    /// `out[r] = Σⱼ wᵣⱼ · value(j)` over query `r`'s indices, each output element summed from 0.0 in index order
+    /// with one fused multiply-add per value (`out` is queries x width); the shared indices fold several queries
+    /// per loaded value row.
+    pub fn weighted<'a>(&self, value: impl Fn(usize) -> &'a [f32], out: &mut [f32]) {
+        let queries = self.ranges.len();
+        if queries == 0 {
+            return;
+        }
+        assert!(out.len().is_multiple_of(queries), "attention sums: out is not queries x width");
+        let width = out.len() / queries;
+        let values: Vec<&[f32]> = (self.lo..self.lo + self.n).map(&value).collect();
+        assert!(values.iter().all(|v| v.len() >= width), "attention sums: a value row is narrower than out");
+        let pairs: usize = self.ranges.iter().map(|r| r.len()).sum();
+        super::work::count(2 * pairs * width, 0);
+        let (start, end) = self.shared();
+        let n = self.n;
+        let weights = |r: usize, part: Range<usize>| &self.s[r * n..(r + 1) * n][part];
+        // each query's sums in index order: its own leading indices, the shared ones, its own trailing ones
+        out.fill(0.0);
+        let chunks = width / LANES;
+        for r in 0..queries {
+            let part = self.own(r).start..start.min(self.own(r).end);
+            fold_rows(&[weights(r, part.clone())], &values[part], &mut out[r * width..(r + 1) * width], chunks);
+        }
+        let shared: Vec<&[f32]> = (0..queries).map(|r| weights(r, start..end)).collect();
+        fold_rows(&shared, &values[start..end], out, chunks);
+        for r in 0..queries {
+            let mine = self.own(r);
+            let part = end.clamp(mine.start, mine.end)..mine.end;
+            fold_rows(&[weights(r, part.clone())], &values[part], &mut out[r * width..(r + 1) * width], chunks);
+        }
+        // the elements past the last whole chunk, each folded over the query's indices in order
+        if !width.is_multiple_of(LANES) {
+            for r in 0..queries {
+                let mine = self.own(r);
+                let o = &mut out[r * width + chunks * LANES..(r + 1) * width];
+                for (p, v) in weights(r, mine.clone()).iter().zip(&values[mine]) {
+                    for (o, x) in o.iter_mut().zip(&v[chunks * LANES..]) {
+                        *o = p.mul_add(*x, *o);
+                    }
                 }
             }
         }

@@ -11,9 +11,10 @@ use rayon::prelude::*;
 
 use super::model::Model;
 use super::state::LatentKv;
+use crate::arch::gqa_attend::rows_per_task;
 use crate::arch::moe_sublayer::add_moe_sublayer;
 use crate::engine_loop::Segment;
-use crate::kernels::{dot, matmul, push_dots, rms_norm, softmax_in_place, weighted_sum, Reduction};
+use crate::kernels::{dot, matmul, rms_norm, Reduction, Scores};
 
 impl Model {
     /// Feed `b`, writing every layer's latent and rope rows with `b.writer`; returns the logits of the last row.
@@ -50,33 +51,43 @@ impl Model {
             let mut att = vec![0.0; s * c.heads * hd];
             {
                 let (cache, q) = (&*cache, &q);
-                att.par_chunks_mut(c.heads * hd).enumerate().for_each(|(i, out)| {
-                    let t = pos0 + i;
+                // every head reads the same latent and rope rows: a task takes a block of rows with all their heads
+                let per = rows_per_task(c.heads);
+                att.par_chunks_mut(per * c.heads * hd).enumerate().for_each(|(blk, out)| {
+                    let rows = blk * per..blk * per + out.len() / (c.heads * hd);
                     // queries never see past themselves in prefill; decode sees the slot's whole kv length
-                    let end = kv_len.map_or(t + 1, |n| n.max(t + 1)).min(cache.latent.capacity());
-                    let (mut scores, mut rope_scores) = (Vec::with_capacity(end), Vec::with_capacity(end));
-                    let mut q_abs = vec![0.0f32; lora];
-                    let mut o_lat = vec![0.0f32; lora];
-                    for (hh, o) in out.chunks_exact_mut(hd).enumerate() {
+                    let visible = |i: usize| {
+                        let t = pos0 + i;
+                        0..kv_len.map_or(t + 1, |n| n.max(t + 1)).min(cache.latent.capacity())
+                    };
+                    let queries = rows.clone().flat_map(|i| (0..c.heads).map(move |hh| (i, hh)));
+                    let (mut q_abs, mut q_rope, mut ranges) = (Vec::new(), Vec::new(), Vec::new());
+                    for (i, hh) in queries {
                         let qh = &q[i * qrow + hh * (hd + rope)..i * qrow + (hh + 1) * (hd + rope)];
-                        let (q_nope, q_rope) = qh.split_at(hd);
+                        let (q_nope, qr) = qh.split_at(hd);
                         let w_uk = &layer.attn.wkv_b[hh * 2 * hd * lora..(hh * 2 * hd + hd) * lora];
-                        let w_uv = &layer.attn.wkv_b[(hh * 2 * hd + hd) * lora..(hh + 1) * 2 * hd * lora];
                         // W_uk^T q_nope, summed over the head's key rows in order
-                        q_abs.iter_mut().for_each(|v| *v = 0.0);
+                        let mut a = vec![0.0f32; lora];
                         for (&qd, wrow) in q_nope.iter().zip(w_uk.chunks_exact(lora)) {
-                            q_abs.iter_mut().zip(wrow).for_each(|(a, w)| *a += qd * w);
+                            a.iter_mut().zip(wrow).for_each(|(a, w)| *a += qd * w);
                         }
-                        // score = (latent part + rope part) · scale, each part a fixed-order dot
-                        scores.clear();
-                        push_dots(&q_abs, (0..end).map(|p| cache.latent.get(p)), &mut scores);
-                        rope_scores.clear();
-                        push_dots(q_rope, (0..end).map(|p| cache.rope.get(p)), &mut rope_scores);
-                        scores.iter_mut().zip(&rope_scores).for_each(|(s, r)| *s = (*s + r) * scale);
-                        softmax_in_place(&mut scores);
-                        weighted_sum(&scores, (0..end).map(|p| cache.latent.get(p)), &mut o_lat);
+                        q_abs.push(a);
+                        q_rope.push(qr);
+                        ranges.push(visible(i));
+                    }
+                    // score = (latent part + rope part) · scale, each part a fixed-order dot
+                    let q_abs: Vec<&[f32]> = q_abs.iter().map(Vec::as_slice).collect();
+                    let mut scores = Scores::dots(&q_abs, &ranges, |p| cache.latent.get(p));
+                    scores.add(&Scores::dots(&q_rope, &ranges, |p| cache.rope.get(p)));
+                    scores.softmax(scale);
+                    let mut o_lat = vec![0.0f32; ranges.len() * lora];
+                    scores.weighted(|p| cache.latent.get(p), &mut o_lat);
+                    for ((o, ol), hh) in
+                        out.chunks_exact_mut(hd).zip(o_lat.chunks_exact(lora)).zip((0..c.heads).cycle())
+                    {
+                        let w_uv = &layer.attn.wkv_b[(hh * 2 * hd + hd) * lora..(hh + 1) * 2 * hd * lora];
                         for (od, vrow) in o.iter_mut().zip(w_uv.chunks_exact(lora)) {
-                            *od = dot(vrow, &o_lat);
+                            *od = dot(vrow, ol);
                         }
                     }
                 });
