@@ -13,6 +13,9 @@ use crate::kernels::attend_many;
 /// row read from memory serves many queries, few enough that their scores (queries x context) stay in L2.
 const QUERIES: usize = 32;
 
+/// Multiply-adds below which a segment's attention runs on the calling thread.
+const PARALLEL_MIN_WORK: usize = 1 << 17;
+
 /// Rows of a segment per task when `group` query heads share a kv head.
 pub fn rows_per_task(group: usize) -> usize {
     (QUERIES / group.max(1)).max(1)
@@ -52,20 +55,24 @@ pub fn attend_rows<'a>(
     let kv_heads = heads / group.max(1);
     let per = rows_per_task(group);
     let blocks = rows.div_ceil(per);
-    let outs: Vec<Vec<f32>> = (0..blocks * kv_heads)
-        .into_par_iter()
-        .map(|task| {
-            let (block, g) = (task / kv_heads, task % kv_heads);
-            let rows = block * per..((block + 1) * per).min(rows);
-            // queries in (row, head of the group) order
-            let queries: Vec<&[f32]> =
-                rows.clone().flat_map(|i| (0..group).map(move |j| &q[i * qd + (g * group + j) * hd..][..hd])).collect();
-            let ranges: Vec<Range<usize>> = rows.flat_map(|i| std::iter::repeat_n(visible(i), group)).collect();
-            let mut out = vec![0.0; queries.len() * hd];
-            attend_many(&queries, &ranges, |p| kv(g, p), scale, &mut out);
-            out
-        })
-        .collect();
+    let task = |task: usize| {
+        let (block, g) = (task / kv_heads, task % kv_heads);
+        let rows = block * per..((block + 1) * per).min(rows);
+        // queries in (row, head of the group) order
+        let queries: Vec<&[f32]> =
+            rows.clone().flat_map(|i| (0..group).map(move |j| &q[i * qd + (g * group + j) * hd..][..hd])).collect();
+        let ranges: Vec<Range<usize>> = rows.flat_map(|i| std::iter::repeat_n(visible(i), group)).collect();
+        let mut out = vec![0.0; queries.len() * hd];
+        attend_many(&queries, &ranges, |p| kv(g, p), scale, &mut out);
+        out
+    };
+    // a decode step over a short window is a few microseconds of work: below that, waking threads costs more
+    let work: usize = (0..rows).map(|i| visible(i).len()).sum::<usize>() * heads * hd;
+    let outs: Vec<Vec<f32>> = if work < PARALLEL_MIN_WORK {
+        (0..blocks * kv_heads).map(task).collect()
+    } else {
+        (0..blocks * kv_heads).into_par_iter().map(task).collect()
+    };
     for (task, out) in outs.iter().enumerate() {
         let (block, g) = (task / kv_heads, task % kv_heads);
         for (n, o) in out.chunks_exact(hd).enumerate() {
