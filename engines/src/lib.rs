@@ -25,6 +25,7 @@ mod file_bytes;
 pub mod fixture;
 pub mod gguf;
 pub mod kernels;
+mod line_aligned;
 pub mod model_cost;
 pub mod moe;
 pub mod prefix;
@@ -41,6 +42,11 @@ pub mod weights;
 pub use engine::{Engine, EngineInfo, Flow, NoObserver, Observer, Reply, Request, Sampling, StopReason, TokenEvent};
 pub use error::EngineError;
 pub use fault::Fault;
+
+/// Every program that links the engines allocates large blocks line-aligned, so the kernels' 64-byte row loads
+/// never straddle two cache lines (`line_aligned`).
+#[global_allocator]
+static ALLOCATOR: line_aligned::LineAligned = line_aligned::LineAligned;
 
 /// The kvproof version every artifact carries.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -10,7 +10,8 @@
 
 use std::ops::Range;
 
-use super::attention_tiles::{dots, fold};
+use super::attention_tiles::fold;
+use super::dot_tiles::dots;
 use super::matmul::{dot4, LANES};
 use super::{dot, softmax_in_place};
 

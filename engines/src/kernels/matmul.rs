@@ -85,46 +85,71 @@ pub(super) fn acc_tile_portable<const R: usize, const C: usize>(x: [&[Lanes]; R]
     acc
 }
 
-/// Bytes of weight rows one pass of x row blocks walks over, sized to stay in L2.
-const TILE_BYTES: usize = 128 << 10;
-
 /// `y[r * y_stride + c] = dot(x[r, :], w[c, :])` for every row of `x` and of `w`, invariant order.
 ///
-/// Row blocks of 4 go through a 4 x 4 `acc_tile` over a cache-sized tile of weight rows (past the tile's last
-/// weight row, that row is repeated and the extra equal results dropped); up to 3 rows left over go through a
-/// 1 x 4 `acc_tile` one row at a time, as a single row (decode) does.
+/// Blocks of four x rows go through 4 x 4 tiles (`dots`: every element `dot`'s bits) over a cache-sized tile of
+/// weight rows; up to 3 rows left over go through 1 x 16 tiles one row at a time, as a single row (decode) does.
 pub(super) fn block_invariant(x: &[f32], w: &[f32], in_dim: usize, y: &mut [f32], y_stride: usize) {
     let rows = x.len() / in_dim;
     let cols = w.len() / in_dim;
-    let xrow = |r: usize| x[r * in_dim..(r + 1) * in_dim].as_chunks::<LANES>();
-    let wrow = |c: usize| w[c * in_dim..(c + 1) * in_dim].as_chunks::<LANES>();
+    if cols == 0 {
+        return;
+    }
+    let chunks = in_dim / LANES;
+    let xrow = |r: usize| &x[r * in_dim..(r + 1) * in_dim];
     let quads = rows / 4 * 4;
     let tile = (TILE_BYTES / (in_dim * 4)).max(4) & !3;
+    let mut wrows: Vec<&[f32]> = w.chunks_exact(in_dim).collect();
+    // whole tiles of weight rows: past the last weight row, repeat it (the extra results are dropped)
+    let last = wrows[cols - 1];
+    wrows.resize(cols.next_multiple_of(16), last);
+    let mut scratch = vec![0.0f32; 4 * 16];
+    // a tile of weight rows stays in L2 while every block of four x rows (in L1) passes over it
     for t0 in (0..cols).step_by(tile) {
         let t1 = (t0 + tile).min(cols);
+        let ws = &wrows[t0..t1.next_multiple_of(4)];
         for r in (0..quads).step_by(4) {
-            let xs = [xrow(r), xrow(r + 1), xrow(r + 2), xrow(r + 3)];
-            for c in (t0..t1).step_by(4) {
-                let ws: [_; 4] = std::array::from_fn(|j| wrow((c + j).min(t1 - 1)));
-                let acc = acc_tile(xs.map(|v| v.0), ws.map(|v| v.0));
-                for (i, (a, xi)) in acc.iter().zip(&xs).enumerate() {
-                    let yr = &mut y[(r + i) * y_stride..];
-                    for (j, (aj, wj)) in a.iter().zip(&ws).enumerate().take(t1 - c) {
-                        yr[c + j] = finish(aj, xi.1, wj.1);
-                    }
-                }
-            }
+            let mut it = y[r * y_stride..].chunks_mut(y_stride);
+            let out: [&mut [f32]; 4] = std::array::from_fn(|_| &mut it.next().expect("four y rows")[t0..t1]);
+            dots_rows::<4, 4>([xrow(r), xrow(r + 1), xrow(r + 2), xrow(r + 3)], ws, chunks, out, &mut scratch);
         }
     }
     for r in quads..rows {
-        let (xc, xt) = xrow(r);
-        let yr = &mut y[r * y_stride..r * y_stride + cols];
-        for c in (0..cols).step_by(4) {
-            // past the last weight row, repeat it: the extra results are the same as the kept one
-            let ws: [_; 4] = std::array::from_fn(|j| wrow((c + j).min(cols - 1)));
-            let [acc] = acc_tile([xc], ws.map(|v| v.0));
-            for (j, (a, wj)) in acc.iter().zip(&ws).enumerate().take(cols - c) {
-                yr[c + j] = finish(a, xt, wj.1);
+        // rows left over (all of decode): one x row against sixteen weight rows at a time
+        let out = &mut y[r * y_stride..r * y_stride + cols];
+        dots_rows::<1, 16>([xrow(r)], &wrows, chunks, [out], &mut scratch);
+    }
+}
+
+/// `out[r][j] = dot(x[r], w[j])` for the weight rows `w` (padded to whole tiles of `K`; `out[r]` holds the
+/// real ones), tiles of `R x K` through `dot_tiles::dots`, then `finish`'s tail.
+fn dots_rows<const R: usize, const K: usize>(
+    x: [&[f32]; R],
+    w: &[&[f32]],
+    chunks: usize,
+    out: [&mut [f32]; R],
+    scratch: &mut [f32],
+) {
+    let n = out[0].len();
+    let whole = n / K * K;
+    let mut out = out;
+    super::dot_tiles::dots::<R, K>(x, &w[..whole], chunks, out.each_mut().map(|o| &mut o[..whole]));
+    if whole < n {
+        // the last, partial tile into scratch
+        let mut it = scratch.chunks_mut(K);
+        let part: [&mut [f32]; R] = std::array::from_fn(|_| it.next().expect("scratch rows"));
+        super::dot_tiles::dots::<R, K>(x, &w[whole..whole + K], chunks, part);
+        for (r, o) in out.iter_mut().enumerate() {
+            o[whole..].copy_from_slice(&scratch[r * K..r * K + n - whole]);
+        }
+    }
+    let tail = chunks * LANES;
+    for (o, xr) in out.iter_mut().zip(&x) {
+        if tail < xr.len() {
+            for (v, wr) in o.iter_mut().zip(w) {
+                for (a, b) in xr[tail..].iter().zip(&wr[tail..]) {
+                    *v = a.mul_add(*b, *v);
+                }
             }
         }
     }
@@ -178,6 +203,9 @@ fn tiled_row(xr: &[f32], w: &[f32], in_dim: usize, parts: usize, yr: &mut [f32])
         o += 1;
     }
 }
+
+/// Bytes of weight rows one pass of x row blocks walks over, sized to stay in L2.
+const TILE_BYTES: usize = 128 << 10;
 
 /// `Tiled` matmuls below this many multiply-adds stay on the calling thread (rayon overhead dominates).
 const PARALLEL_MIN_WORK: usize = 1 << 16;

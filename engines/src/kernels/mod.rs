@@ -7,6 +7,9 @@ mod attention;
 #[cfg(target_arch = "x86_64")]
 mod attention_avx512;
 mod attention_tiles;
+mod dot_tiles;
+#[cfg(target_arch = "x86_64")]
+mod dot_tiles_avx512;
 mod exp;
 mod matmul;
 #[cfg(target_arch = "x86_64")]

@@ -1,0 +1,81 @@
+//! A tile of dot products (`R` rows against `K` rows, `R · K = 16`), each bitwise `dot`: on AVX-512 where the
+//! CPU has it, else `dot` itself on each pair. The matmul's blocks and attention's scores are both such tiles.
+
+use super::dot;
+use super::matmul::LANES;
+
+/// `out[r][j] = dot(qᵣ, keys[j])` over the first `chunks · 16` elements of the rows (the tree included, the tail
+/// not), in `R x K` tiles (`R · K = 16`); `keys.len()` is a multiple of `K`.
+#[inline]
+pub(super) fn dots<const R: usize, const K: usize>(
+    q: [&[f32]; R],
+    keys: &[&[f32]],
+    chunks: usize,
+    out: [&mut [f32]; R],
+) {
+    let n = chunks * LANES;
+    assert!(keys.len().is_multiple_of(K), "attention tile: keys are not whole tiles");
+    assert!(q.iter().chain(keys).all(|r| r.len() >= n), "attention tile: a row is shorter than its chunks");
+    assert!(out.iter().all(|o| o.len() >= keys.len()), "attention tile: fewer scores than keys");
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the CPU has AVX-512F; rows and score rows are long enough (asserted above)
+        #[allow(unsafe_code)]
+        return unsafe { super::dot_tiles_avx512::dots::<R, K>(q, keys, chunks, out) };
+    }
+    dots_portable::<R, K>(q, keys, chunks, out)
+}
+
+/// The portable `dots`: `dot` on each pair, cut to the whole chunks.
+pub(super) fn dots_portable<const R: usize, const K: usize>(
+    q: [&[f32]; R],
+    keys: &[&[f32]],
+    chunks: usize,
+    out: [&mut [f32]; R],
+) {
+    let n = chunks * LANES;
+    for (qr, o) in q.iter().zip(out) {
+        for (s, k) in o.iter_mut().zip(keys) {
+            *s = dot(&qr[..n], &k[..n]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::SplitMix64;
+    use proptest::prelude::*;
+
+    fn split(x: &mut [f32], width: usize) -> [&mut [f32]; 4] {
+        let mut it = x.chunks_exact_mut(width);
+        std::array::from_fn(|_| it.next().expect("four rows"))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+        /// The tiles the CPU runs (AVX-512 where it has it) give the portable `dot`'s bits, for every tile shape:
+        /// a machine without AVX-512 computes the same results.
+        #[test]
+        fn simd_tiles_match_the_portable_dots(chunks in 0usize..6, keys in 1usize..3, seed in any::<u64>()) {
+            let width = chunks * LANES;
+            let mut r = SplitMix64::new(seed);
+            let mut v = |n: usize| -> Vec<f32> { (0..n).map(|_| r.uniform(1.0)).collect() };
+            let (a, b) = (v(16 * width), v(16 * keys * width));
+            let qs: Vec<&[f32]> = (0..16).map(|i| &a[i * width..(i + 1) * width]).collect();
+            let ks: Vec<&[f32]> = (0..16 * keys).map(|i| &b[i * width..(i + 1) * width]).collect();
+            let n = ks.len();
+            let q4: [&[f32]; 4] = std::array::from_fn(|i| qs[i]);
+            let (mut simd, mut portable) = (vec![0.0f32; 4 * n], vec![0.0f32; 4 * n]);
+            dots::<4, 4>(q4, &ks, chunks, split(&mut simd, n));
+            dots_portable::<4, 4>(q4, &ks, chunks, split(&mut portable, n));
+            prop_assert_eq!(&simd, &portable);
+            dots::<2, 8>([qs[0], qs[1]], &ks, chunks, { let [a, b, ..] = split(&mut simd, n); [a, b] });
+            dots_portable::<2, 8>([qs[0], qs[1]], &ks, chunks, { let [a, b, ..] = split(&mut portable, n); [a, b] });
+            prop_assert_eq!(&simd, &portable);
+            dots::<1, 16>([qs[3]], &ks, chunks, { let [a, ..] = split(&mut simd, n); [a] });
+            dots_portable::<1, 16>([qs[3]], &ks, chunks, { let [a, ..] = split(&mut portable, n); [a] });
+            prop_assert_eq!(&simd, &portable);
+        }
+    }
+}
