@@ -128,7 +128,35 @@ pub struct QMatrix {
     pub ty: QType,
     pub out_dim: usize,
     pub in_dim: usize,
-    bytes: QBytes,
+    weights: Weights,
+}
+
+/// How a matrix's weights are held: quantized blocks as laid out in the file, f32 rows decoded once into their
+/// own line-aligned block (the f32 kernel reads them in place, 64 bytes at a time, with no copy per call).
+#[derive(Debug, Clone)]
+enum Weights {
+    Blocks(QBytes),
+    F32(Arc<Vec<f32>>),
+}
+
+impl Weights {
+    fn of(ty: QType, bytes: QBytes) -> Weights {
+        match ty {
+            QType::F32 => {
+                let values = bytes.as_slice().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+                Weights::F32(Arc::new(values.collect()))
+            }
+            _ => Weights::Blocks(bytes),
+        }
+    }
+
+    /// Bytes the weights take in their format (what a pass over them reads).
+    fn len_bytes(&self) -> usize {
+        match self {
+            Weights::Blocks(b) => b.as_slice().len(),
+            Weights::F32(v) => 4 * v.len(),
+        }
+    }
 }
 
 impl QMatrix {
@@ -144,7 +172,7 @@ impl QMatrix {
                 bytes.as_slice().len()
             ));
         }
-        Ok(QMatrix { ty, out_dim, in_dim, bytes })
+        Ok(QMatrix { ty, out_dim, in_dim, weights: Weights::of(ty, bytes) })
     }
 
     /// A matrix quantized from f32 rows (tests and synthetic models): Q8_0 and Q4_1 rounded to nearest.
@@ -177,12 +205,23 @@ impl QMatrix {
                 }
             }
         }
-        QMatrix { ty, out_dim, in_dim, bytes: QBytes::Owned(out.into()) }
+        QMatrix { ty, out_dim, in_dim, weights: Weights::of(ty, QBytes::Owned(out.into())) }
     }
 
-    /// The matrix's bytes, row after row.
-    pub fn raw_bytes(&self) -> &[u8] {
-        self.bytes.as_slice()
+    /// The matrix's bytes in its format, row after row.
+    pub fn raw_bytes(&self) -> std::borrow::Cow<'_, [u8]> {
+        match &self.weights {
+            Weights::Blocks(b) => b.as_slice().into(),
+            Weights::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>().into(),
+        }
+    }
+
+    /// The quantized blocks (every type but F32).
+    fn blocks(&self) -> &[u8] {
+        match &self.weights {
+            Weights::Blocks(b) => b.as_slice(),
+            Weights::F32(_) => panic!("an F32 matrix has no blocks"),
+        }
     }
 
     /// Bytes of one row.
@@ -192,8 +231,7 @@ impl QMatrix {
 
     /// Row `o` dequantized into `out` (`in_dim` long): an embedding lookup.
     pub fn row(&self, o: usize, out: &mut [f32]) {
-        let rb = self.row_bytes();
-        dequantize_row(self.ty, &self.bytes.as_slice()[o * rb..(o + 1) * rb], out);
+        self.rows(o, out);
     }
 
     /// Every row dequantized (tests only: the engine never expands a whole matrix).
@@ -205,13 +243,18 @@ impl QMatrix {
         w
     }
 
-    /// Rows `o0..o0 + n` dequantized into `out`.
+    /// Rows `o0..o0 + n` dequantized into `out` (`n` rows of `in_dim`).
     fn rows(&self, o0: usize, out: &mut [f32]) {
-        let rb = self.row_bytes();
-        let n = out.len() / self.in_dim;
-        let bytes = &self.bytes.as_slice()[o0 * rb..(o0 + n) * rb];
-        for (r, b) in out.chunks_exact_mut(self.in_dim).zip(bytes.chunks_exact(rb)) {
-            dequantize_row(self.ty, b, r);
+        let n = out.len() / self.in_dim.max(1);
+        match &self.weights {
+            Weights::F32(v) => out.copy_from_slice(&v[o0 * self.in_dim..(o0 + n) * self.in_dim]),
+            Weights::Blocks(b) => {
+                let rb = self.row_bytes();
+                let bytes = &b.as_slice()[o0 * rb..(o0 + n) * rb];
+                for (r, b) in out.chunks_exact_mut(self.in_dim).zip(bytes.chunks_exact(rb)) {
+                    dequantize_row(self.ty, b, r);
+                }
+            }
         }
     }
 }
@@ -251,13 +294,13 @@ pub fn qmatmul(x: &[f32], rows: usize, w: &QMatrix, y: &mut [f32]) {
     let (out_dim, in_dim) = (w.out_dim, w.in_dim);
     assert_eq!(x.len(), rows * in_dim, "qmatmul: x is not rows x in");
     assert_eq!(y.len(), rows * out_dim, "qmatmul: y is not rows x out");
-    super::work::count(2 * rows * out_dim * in_dim, w.bytes.as_slice().len());
-    if w.ty == QType::F32 {
-        return f32_matmul(x, rows, w, y);
+    super::work::count(2 * rows * out_dim * in_dim, w.weights.len_bytes());
+    if let Weights::F32(wf) = &w.weights {
+        return f32_matmul(x, rows, wf, out_dim, in_dim, y);
     }
     let xq = QActs::quantize(x, rows, in_dim);
     let (ty, rb) = (w.ty, w.row_bytes());
-    let bytes = w.bytes.as_slice();
+    let bytes = w.blocks();
     let quads = rows / 4 * 4;
     // one group's results, row-major (`rows x n`): 4 activation rows x 2 weight rows at a time, then the rows
     // left over (all of decode) one at a time against 4 weight rows — each element the same bits either way
@@ -323,15 +366,13 @@ fn scatter(parts: &[Vec<f32>], rows: usize, out_dim: usize, y: &mut [f32]) {
 }
 
 /// F32 weights: `y[r, o] = dot(x[r, :], w[o, :])`, a group of rows decoded at a time into the invariant kernel.
-fn f32_matmul(x: &[f32], rows: usize, w: &QMatrix, y: &mut [f32]) {
-    let (out_dim, in_dim) = (w.out_dim, w.in_dim);
+/// F32 weights: the invariant f32 kernel on `GROUP` weight rows per task, read in place.
+fn f32_matmul(x: &[f32], rows: usize, w: &[f32], out_dim: usize, in_dim: usize, y: &mut [f32]) {
     let group = |g: usize| {
         let o0 = g * GROUP;
         let n = GROUP.min(out_dim - o0);
-        let mut wd = vec![0.0f32; n * in_dim];
-        w.rows(o0, &mut wd);
         let mut part = vec![0.0f32; rows * n];
-        block_invariant(x, &wd, in_dim, &mut part, n);
+        block_invariant(x, &w[o0 * in_dim..(o0 + n) * in_dim], in_dim, &mut part, n);
         part
     };
     if rows == 1 {
@@ -371,7 +412,7 @@ mod tests {
         }
         let xq = QActs::quantize(xr, 1, w.in_dim);
         let rb = w.row_bytes();
-        dot_reference(ty, &w.bytes.as_slice()[o * rb..(o + 1) * rb], xq.row(0))
+        dot_reference(ty, &w.blocks()[o * rb..(o + 1) * rb], xq.row(0))
     }
 
     proptest! {
