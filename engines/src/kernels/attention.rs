@@ -78,7 +78,7 @@ impl Scores {
         assert!(keys.iter().all(|k| k.len() == width), "attention scores: a key is not as wide as the queries");
         let pairs: usize = ranges.iter().map(|r| r.len()).sum();
         super::work::count(2 * pairs * width, 0);
-        let mut sc = Scores { lo, n: hi - lo, s: vec![0.0; queries.len() * (hi - lo)], ranges };
+        let mut sc = Scores { lo, n: hi - lo, s: spare_buffer(queries.len() * (hi - lo)), ranges };
         let (start, end) = sc.shared();
         for (r, q) in queries.iter().enumerate() {
             let mine = sc.own(r);
@@ -168,6 +168,34 @@ impl Scores {
             }
         }
     }
+}
+
+impl Drop for Scores {
+    fn drop(&mut self) {
+        let s = std::mem::take(&mut self.s);
+        SPARE.with(|spare| {
+            let mut spare = spare.borrow_mut();
+            if spare.len() < SPARE_BUFFERS {
+                spare.push(s);
+            }
+        });
+    }
+}
+
+/// Score buffers a thread keeps for its next `Scores`: a block's scores are hundreds of KiB, which the system
+/// allocator maps afresh, and the kernel faults in page by page, on every allocation of that size.
+const SPARE_BUFFERS: usize = 4;
+
+thread_local! {
+    static SPARE: std::cell::RefCell<Vec<Vec<f32>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `len` zeros, in a spare buffer of this thread's when it has one.
+fn spare_buffer(len: usize) -> Vec<f32> {
+    let mut s = SPARE.with(|spare| spare.borrow_mut().pop()).unwrap_or_default();
+    s.clear();
+    s.resize(len, 0.0);
+    s
 }
 
 /// The scores of the shared indices (`keys`, starting at index `at` of each query's score row of `n`), a block of
