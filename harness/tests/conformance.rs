@@ -7,18 +7,14 @@
 //! are ignored by a plain `cargo test`; `.ci/run` runs the ignored tests.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use kvproof::conformance::{self, Options, Report, Status};
 
-fn engine_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    kvproof::driver::sibling_binary(&exe, "kvproof-engine").unwrap_or_else(|| {
-        panic!("kvproof-engine is not built next to {}: run `cargo test --workspace`", exe.display())
-    })
-}
+mod support;
+use support::engine_binary;
 
 fn check(command: &[String], timeout: Duration) -> Report {
     conformance::run(command, Options { timeout }).unwrap_or_else(|e| panic!("{}: {e}", command.join(" ")))

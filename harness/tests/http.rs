@@ -6,7 +6,7 @@
 //! late is reached by the retries.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -17,15 +17,8 @@ use kvproof::session::{run_scenarios, RunOptions};
 use kvproof_engines::chat::TextMessage;
 use serde_json::{json, Value};
 
-fn engine_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    kvproof::driver::sibling_binary(&exe, "kvproof-engine").unwrap_or_else(|| {
-        panic!(
-            "kvproof-engine is not built next to {}: run `cargo test --workspace` (or `cargo build -p kvproof-engines`)",
-            exe.display()
-        )
-    })
-}
+mod support;
+use support::engine_binary;
 
 /// `kvproof-engine ARGS --http PORT`, stopped when dropped.
 struct Served {

@@ -1,5 +1,5 @@
-//! What the command-line tests share: the built `kvproof`, a fresh scratch folder per test, and a command's output
-//! as one text for assertion messages.
+//! What the integration tests share: the built `kvproof` and `kvproof-engine`, a fresh scratch folder per test,
+//! and a command's output as one text for assertion messages.
 
 // each test binary uses the part it needs
 #![allow(dead_code)]
@@ -12,6 +12,17 @@ pub fn kvproof() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_kvproof"));
     c.env("CI", "true");
     c
+}
+
+/// The `kvproof-engine` binary built next to this test's binary (`cargo test --workspace` builds it).
+pub fn engine_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    kvproof::driver::sibling_binary(&exe, "kvproof-engine").unwrap_or_else(|| {
+        panic!(
+            "kvproof-engine is not built next to {}: run `cargo test --workspace` (or `cargo build -p kvproof-engines`)",
+            exe.display()
+        )
+    })
 }
 
 /// An empty scratch folder named after the test binary, the process and `name`.
