@@ -6,12 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kvproof-agentic-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("tmp dir");
-    dir
-}
+mod support;
+use support::tmp;
 
 /// The PR gate's agentic scenario, cut to two sessions (one per task) of three turns so a debug build runs it fast.
 fn scenario(dir: &Path) -> PathBuf {

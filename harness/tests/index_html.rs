@@ -5,16 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kvproof-index-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("tmp dir");
-    dir
-}
+mod support;
+use support::{repo, tmp};
 
 /// A run with a growth curve, semantic staleness and a bounded stress scenario (tiny engines, a few seconds).
 fn make_run(dir: &Path) -> PathBuf {

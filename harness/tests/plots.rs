@@ -3,11 +3,8 @@
 use kvproof::plot::bounds::{self, BoundBar};
 use kvproof::plot::lines::{self, LineChart, Series};
 
-fn tmp(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("kvproof-plots-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&d).expect("tmp");
-    d
-}
+mod support;
+use support::tmp;
 
 #[test]
 fn line_chart_has_title_axes_and_legend() {

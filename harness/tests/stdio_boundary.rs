@@ -4,17 +4,14 @@
 //! cannot carry (state bytes) is skipped with the reason — and that a scenario run in-process and over stdio gives
 //! the same trials: the same prompts, replies, reuse counts and verdicts.
 
-use std::path::{Path, PathBuf};
-
 use kvproof::record::{CheckName, Status, TrialRecord, Verdict};
 use kvproof::scenario::{load_file, Cold, EngineSpec, Params, Scenario, Via};
 use kvproof::session::{run_scenarios, RunOptions};
 
-const ARCHES: [&str; 5] = ["deepseek", "glm", "glm53", "inkling", "kimi"];
+mod support;
+use support::repo;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+const ARCHES: [&str; 5] = ["deepseek", "glm", "glm53", "inkling", "kimi"];
 
 fn stdio_scenario(arch: &str) -> Scenario {
     let path = repo().join(format!("scenarios/pr/{arch}-stdio.json"));

@@ -1,10 +1,10 @@
-//! What the integration tests share: the built `kvproof` and `kvproof-engine`, a fresh scratch folder per test,
-//! and a command's output as one text for assertion messages.
+//! What the integration tests share: the built `kvproof` and `kvproof-engine`, the repository's root, a fresh
+//! scratch folder per test, and a command's output as one text for assertion messages.
 
 // each test binary uses the part it needs
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The `kvproof` binary of this build, run as under CI (no progress bars).
@@ -23,6 +23,11 @@ pub fn engine_binary() -> PathBuf {
             exe.display()
         )
     })
+}
+
+/// The repository's root (where scenarios/, ci/ and fuzz/ are).
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 /// An empty scratch folder named after the test binary, the process and `name`.
