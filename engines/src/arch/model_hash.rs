@@ -10,9 +10,16 @@ use crate::weights::Weights;
 
 /// The first 6 bytes (12 hex digits) of sha256 over the config's hash layout (JSON) and the weight file's bytes.
 pub fn model_hash<C: ArchConfig>(config: &C, weights: &Weights) -> String {
+    hash_of(config, |hasher| hasher.update(weights.raw()))
+}
+
+/// The first 6 bytes (12 hex digits) of sha256 over the config's hash layout (JSON), then whatever `weights` feeds
+/// the hasher: a weight file's bytes, or what stands for a file too large to read whole (a GGUF's header and
+/// samples of its data).
+pub(crate) fn hash_of<C: ArchConfig>(config: &C, weights: impl FnOnce(&mut Sha256)) -> String {
     let mut hasher = Sha256::new();
     hasher.update(HashLayout::of(config).and_then(|layout| serde_json::to_vec(&layout)).unwrap_or_default());
-    hasher.update(weights.raw());
+    weights(&mut hasher);
     hasher.finalize().iter().take(6).map(|b| format!("{b:02x}")).collect()
 }
 
