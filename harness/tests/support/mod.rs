@@ -1,11 +1,15 @@
 //! What the integration tests share: the built `kvproof` and `kvproof-engine`, the repository's root, a fresh
-//! scratch folder per test, and a command's output as one text for assertion messages.
+//! scratch folder per test, scenarios run in-process, and a command's output as one text for assertion messages.
 
 // each test binary uses the part it needs
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use kvproof::record::{Summary, TrialRecord};
+use kvproof::scenario::Scenario;
+use kvproof::session::{run_scenarios, RunOptions};
 
 /// The `kvproof` binary of this build, run as under CI (no progress bars).
 pub fn kvproof() -> Command {
@@ -36,6 +40,17 @@ pub fn tmp(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("tmp dir");
     dir
+}
+
+/// `scenarios` run in-process (no fault, no progress bars) into a scratch folder named after `name`, removed
+/// afterwards: the run's summary and trials.
+pub fn run_in_tmp(name: &str, scenarios: &[Scenario]) -> (Summary, Vec<TrialRecord>) {
+    let out = std::env::temp_dir().join(format!("kvproof-{}-{}-{name}", env!("CARGO_CRATE_NAME"), std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let opts = RunOptions { out: out.clone(), fault: None, progress: false, command: vec![] };
+    let result = run_scenarios(scenarios, &opts).expect("run");
+    let _ = std::fs::remove_dir_all(&out);
+    result
 }
 
 /// stdout then stderr.
