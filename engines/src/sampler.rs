@@ -21,6 +21,18 @@ fn ranked(logits: &[f32]) -> Vec<u32> {
     ids
 }
 
+/// The first id of the largest logit (the first of equal maxima): greedy decoding's pick, for a loop that needs
+/// only the id.
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &l) in logits.iter().enumerate() {
+        if l > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
 /// Sample step `step` of a request. The random stream depends only on the request's seed and the step, never on
 /// engine state, so warm and cold instances draw the same numbers.
 pub fn sample(logits: &[f32], s: &Sampling, step: usize, logprobs: usize) -> Pick {
@@ -71,6 +83,13 @@ mod tests {
         assert_eq!(p.id, 1);
         assert!((p.gap - 0.5).abs() < 1e-6);
         assert_eq!(p.top, vec![(1, 3.0), (2, 2.5)]);
+    }
+
+    #[test]
+    fn argmax_is_greedy_picking_the_first_of_equal_maxima() {
+        let logits = [0.0, 3.0, 2.5, 3.0];
+        assert_eq!(argmax(&logits), 1);
+        assert_eq!(argmax(&logits), sample(&logits, &Sampling::default(), 0, 0).id);
     }
 
     #[test]

@@ -655,39 +655,8 @@ pub fn compare(a: &impl DumpSource, b: &impl DumpSource) -> Result<StateDiff, In
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dump::{DumpTensor, RecordDump, WriterKind};
-
-    fn writer(request: u64) -> Option<Writer> {
-        Some(Writer { request, kind: WriterKind::Prefill { chunk: 0, chunk_rows: 4 } })
-    }
-
-    fn tensor(layer: usize, kind: CacheKind, positions: &[i64], values: &[f32]) -> DumpTensor {
-        DumpTensor {
-            layer,
-            name: "k".into(),
-            kind,
-            width: 1,
-            data: values.to_vec(),
-            positions: positions.to_vec(),
-            writers: positions.iter().map(|&p| if p >= 0 { writer(1) } else { None }).collect(),
-        }
-    }
-
-    fn dump(len: usize, record: &[u32], tensors: Vec<DumpTensor>) -> StateDump {
-        StateDump {
-            meta: DumpMeta {
-                arch: "inkling".into(),
-                preset: None,
-                model_hash: String::new(),
-                fault: None,
-                slot: 0,
-                len,
-                capacity: 8,
-            },
-            record: RecordDump { ids: record.to_vec(), tainted: false, capacity: 8 },
-            tensors,
-        }
-    }
+    use crate::dump::fixtures::{dump, tensor, writer};
+    use crate::dump::DumpTensor;
 
     fn diff(a: &StateDump, b: &StateDump) -> StateDiff {
         compare(a, b).expect("comparable")

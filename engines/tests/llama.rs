@@ -12,6 +12,7 @@ use kvproof_engines::dump::{Writer, WriterKind};
 use kvproof_engines::engine::{NoObserver, Request};
 use kvproof_engines::engine_loop::{Arch, Segment};
 use kvproof_engines::gguf::smollm2_path;
+use kvproof_engines::sampler::argmax;
 use serde_json::Value;
 
 fn model() -> Model {
@@ -51,17 +52,6 @@ fn goldens() -> Vec<Case> {
                 .collect(),
         })
         .collect()
-}
-
-fn argmax(v: &[f32]) -> u32 {
-    // the first of equal maxima, as greedy sampling picks
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 fn writer() -> Writer {

@@ -4,14 +4,10 @@
 //! trajectory recorded from there.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kvproof-agentic-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("tmp dir");
-    dir
-}
+mod support;
+use support::{kvproof, text, tmp};
 
 /// The PR gate's agentic scenario, cut to two sessions (one per task) of three turns so a debug build runs it fast.
 fn scenario(dir: &Path) -> PathBuf {
@@ -27,8 +23,8 @@ fn scenario(dir: &Path) -> PathBuf {
 }
 
 fn run(out: &Path, fault: Option<&str>) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_kvproof"));
-    c.env("CI", "true").arg("run").arg(scenario(out.parent().expect("tmp"))).arg("--out").arg(out);
+    let mut c = kvproof();
+    c.arg("run").arg(scenario(out.parent().expect("tmp"))).arg("--out").arg(out);
     if let Some(f) = fault {
         c.args(["--fault", f]);
     }
@@ -48,7 +44,7 @@ fn turn(t: &serde_json::Value) -> u64 {
 fn a_clean_engine_reuses_the_whole_session_on_every_turn() {
     let out = tmp("clean").join("run");
     let o = run(&out, None);
-    assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{}", text(&o));
     let trials = results(&out);
     assert_eq!(trials.len(), 6, "two sessions of three turns");
     for t in &trials {
@@ -135,8 +131,7 @@ fn on_the_real_model_a_count_based_reuse_fault_fails_the_first_turn_that_re_rend
     let file = dir.join("edit-config.json");
     std::fs::write(&file, s.to_string()).expect("write scenario");
     let out = dir.join("run");
-    let o = Command::new(env!("CARGO_BIN_EXE_kvproof"))
-        .env("CI", "true")
+    let o = kvproof()
         .arg("run")
         .arg(&file)
         .arg("--out")
@@ -144,9 +139,8 @@ fn on_the_real_model_a_count_based_reuse_fault_fails_the_first_turn_that_re_rend
         .args(["--fault", "counter-reuse"])
         .output()
         .expect("run kvproof");
-    let output = || format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     // the run finished (passed or failed) and wrote its results; anything else is shown before they are read
-    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", output());
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
     let mut trials = results(&out);
     trials.sort_by_key(turn);
     // Which turn first re-renders inexactly depends on the model's replies (the kernels' bits) up to turn 3; the
@@ -162,7 +156,7 @@ fn on_the_real_model_a_count_based_reuse_fault_fails_the_first_turn_that_re_rend
             trials.len()
         )
     });
-    assert_eq!(o.status.code(), Some(1), "{}", output());
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     for t in &trials[..inexact] {
         assert_eq!(t["verdict"], "pass", "a turn that re-rendered exactly: {t}");
     }

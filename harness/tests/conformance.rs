@@ -7,18 +7,14 @@
 //! are ignored by a plain `cargo test`; `.ci/run` runs the ignored tests.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use kvproof::conformance::{self, Options, Report, Status};
 
-fn engine_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    kvproof::driver::sibling_binary(&exe, "kvproof-engine").unwrap_or_else(|| {
-        panic!("kvproof-engine is not built next to {}: run `cargo test --workspace`", exe.display())
-    })
-}
+mod support;
+use support::engine_binary;
 
 fn check(command: &[String], timeout: Duration) -> Report {
     conformance::run(command, Options { timeout }).unwrap_or_else(|e| panic!("{}: {e}", command.join(" ")))
@@ -46,33 +42,8 @@ fn kvproof_engine_conforms_for_every_arch() {
         assert_eq!(r.violations(), 0, "{arch}:\n{}", r.render());
         assert_eq!(r.exit_code(), 0);
         // every verb and extension kvproof-engine declares was exercised, not skipped
-        let want = [
-            "ready",
-            "caps",
-            "submit-ids",
-            "submit-text",
-            "data",
-            "done",
-            "tok-s",
-            "reuse",
-            "last-token",
-            "stop",
-            "not-found",
-            "barrier",
-            "cancel",
-            "cancel-at",
-            "context-exceeded",
-            "dump",
-            "reset",
-            "concurrency",
-            "echo",
-            "chat",
-            "errors",
-            "sync",
-            "eof",
-        ];
         let ok = passed(&r);
-        for c in want {
+        for c in ["ready", "caps"].into_iter().chain(conformance::CHECKS) {
             assert!(ok.contains(c), "{arch}: {c} did not pass:\n{}", r.render());
         }
         // the only skip a conforming engine may get: no reply happened to end at eos

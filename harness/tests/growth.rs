@@ -175,22 +175,20 @@ fn stopped_reuse_fails_the_growth_assertion_and_a_rebuild_agrees() {
 #[test]
 fn growth_assertions_on_another_kind_are_an_input_error() {
     let dir = tmp("misplaced");
-    let p = dir.join("bad.json");
-    std::fs::write(
-        &p,
-        r#"{"name": "x", "engine": {"arch": "inkling"}, "kind": "stress-pairs", "assert": {"max_warm_ratio": 1.2}}"#,
-    )
-    .expect("write");
-    let o = kvproof().arg("run").arg(&p).arg("--out").arg(dir.join("out")).output().expect("run");
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(text(&o).contains("assert.max_warm_ratio: applies to kind growth-curve only"), "{}", text(&o));
-    let p2 = dir.join("bad2.json");
-    std::fs::write(
-        &p2,
-        r#"{"name": "x", "engine": {"arch": "inkling"}, "kind": "growth-curve", "params": {"turns": 2}}"#,
-    )
-    .expect("write");
-    let o = kvproof().arg("run").arg(&p2).arg("--out").arg(dir.join("out")).output().expect("run");
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(text(&o).contains("params.turns: 2 is not in 3..=256"), "{}", text(&o));
+    for (scenario, error) in [
+        (
+            r#"{"name": "x", "engine": {"arch": "inkling"}, "kind": "stress-pairs", "assert": {"max_warm_ratio": 1.2}}"#,
+            "assert.max_warm_ratio: applies to kind growth-curve only",
+        ),
+        (
+            r#"{"name": "x", "engine": {"arch": "inkling"}, "kind": "growth-curve", "params": {"turns": 2}}"#,
+            "params.turns: 2 is not in 3..=256",
+        ),
+    ] {
+        let p = dir.join("bad.json");
+        std::fs::write(&p, scenario).expect("write");
+        let o = kvproof().arg("run").arg(&p).arg("--out").arg(dir.join("out")).output().expect("run");
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(text(&o).contains(error), "{}", text(&o));
+    }
 }

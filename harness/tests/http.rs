@@ -6,26 +6,18 @@
 //! late is reached by the retries.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use kvproof::driver::{launcher_for, ChatRequest, DriverError};
 use kvproof::record::{CheckName, Status, TrialRecord, Verdict};
 use kvproof::scenario::{load_str, Scenario};
-use kvproof::session::{run_scenarios, RunOptions};
 use kvproof_engines::chat::TextMessage;
 use serde_json::{json, Value};
 
-fn engine_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    kvproof::driver::sibling_binary(&exe, "kvproof-engine").unwrap_or_else(|| {
-        panic!(
-            "kvproof-engine is not built next to {}: run `cargo test --workspace` (or `cargo build -p kvproof-engines`)",
-            exe.display()
-        )
-    })
-}
+mod support;
+use support::{engine_binary, run_in_tmp};
 
 /// `kvproof-engine ARGS --http PORT`, stopped when dropped.
 struct Served {
@@ -72,15 +64,6 @@ fn scenario(name: &str, engine: Value, kind: &str, params: Value) -> Scenario {
         "assert": {"state": false},
     });
     load_str(Path::new("http.json"), &json.to_string()).unwrap_or_else(|e| panic!("{name}: {e}"))
-}
-
-fn run(scenarios: &[Scenario], name: &str) -> (kvproof::record::Summary, Vec<TrialRecord>) {
-    let out = std::env::temp_dir().join(format!("kvproof-http-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let opts = RunOptions { out: out.clone(), fault: None, progress: false, command: vec![] };
-    let result = run_scenarios(scenarios, &opts).expect("run");
-    let _ = std::fs::remove_dir_all(&out);
-    result
 }
 
 /// The start error of a launcher that must not start.
@@ -161,9 +144,9 @@ fn in_process_stdio_and_http_give_the_same_trials() {
             })
             .collect()
     };
-    let (in_summary, in_trials) = run(&build("in-process"), "in-process");
-    let (stdio_summary, stdio_trials) = run(&build("stdio"), "stdio");
-    let (http_summary, http_trials) = run(&build("http"), "http");
+    let (in_summary, in_trials) = run_in_tmp("in-process", &build("in-process"));
+    let (stdio_summary, stdio_trials) = run_in_tmp("stdio", &build("stdio"));
+    let (http_summary, http_trials) = run_in_tmp("http", &build("http"));
 
     for (how, summary, trials) in [("in-process", &in_summary, &in_trials), ("http", &http_summary, &http_trials)] {
         let bad: Vec<_> = trials.iter().filter(|t| t.verdict != Verdict::Pass).collect();
@@ -198,9 +181,9 @@ fn a_server_with_its_prompt_cache_off_fails_reuse_fired() {
     off["extra_body"] = json!({"cache_prompt": false});
     let off = scenario("cache-off", off, "boundary-matrix", params);
 
-    let (summary, _) = run(&[honest], "cache-on");
+    let (summary, _) = run_in_tmp("cache-on", &[honest]);
     assert!(summary.pass);
-    let (summary, trials) = run(&[off], "cache-off");
+    let (summary, trials) = run_in_tmp("cache-off", &[off]);
     assert!(!summary.pass, "an engine whose reuse never engages must fail");
     let fired_failed = trials.iter().filter(|t| status(t, CheckName::ReuseFired) == Some(Status::Fail)).count();
     assert!(fired_failed >= 20, "{fired_failed} reuse-fired failures");
@@ -220,7 +203,7 @@ fn each_plan_starts_from_a_fresh_state() {
         let mut engine = http(&served.url);
         engine["reset"] = json!(reset);
         let (summary, trials) =
-            run(&[scenario(&format!("reset-{reset}"), engine, "boundary-matrix", params.clone())], reset);
+            run_in_tmp(reset, &[scenario(&format!("reset-{reset}"), engine, "boundary-matrix", params.clone())]);
         assert_eq!(summary.pass, pass, "reset {reset}: {trials:#?}");
         if !pass {
             let failed: Vec<String> = trials.iter().filter(|t| t.verdict == Verdict::Fail).map(|t| t.name()).collect();
@@ -235,7 +218,7 @@ fn a_fault_served_over_http_is_caught() {
     args.extend(["--fault", "memcmp-short"]);
     let served = Served::start(&args);
     let s = scenario("memcmp-short", http(&served.url), "boundary-matrix", json!({"cases": ["diverge-last"]}));
-    let (summary, trials) = run(&[s], "fault");
+    let (summary, trials) = run_in_tmp("fault", &[s]);
     assert!(!summary.pass);
     let failed: Vec<&TrialRecord> = trials.iter().filter(|t| t.verdict == Verdict::Fail).collect();
     assert!(!failed.is_empty());
@@ -249,10 +232,10 @@ fn a_second_server_is_the_cold_instance() {
     let engine = json!({"url": warm.url, "cold": {"url": cold.url}, "reset": "vllm"});
     let two = scenario("two-servers", engine.clone(), "stress-pairs", params.clone());
     let one = scenario("one-server", http(&warm.url), "stress-pairs", params);
-    let (summary, two_trials) = run(&[two], "two");
+    let (summary, two_trials) = run_in_tmp("two", &[two]);
     assert!(summary.pass, "{two_trials:#?}");
     assert!(summary.scenarios[0].engine.contains("a second server at"), "{}", summary.scenarios[0].engine);
-    let (_, one_trials) = run(&[one], "one");
+    let (_, one_trials) = run_in_tmp("one", &[one]);
     let reused = |ts: &[TrialRecord]| ts.iter().map(|t| (t.plan.clone(), t.step.clone(), t.reused)).collect::<Vec<_>>();
     assert_eq!(reused(&two_trials), reused(&one_trials));
 

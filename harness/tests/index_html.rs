@@ -5,16 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kvproof-index-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("tmp dir");
-    dir
-}
+mod support;
+use support::{kvproof, repo, text, tmp};
 
 /// A run with a growth curve, semantic staleness and a bounded stress scenario (tiny engines, a few seconds).
 fn make_run(dir: &Path) -> PathBuf {
@@ -41,21 +33,8 @@ fn make_run(dir: &Path) -> PathBuf {
         std::fs::write(scenarios.join(name), body).expect("write scenario");
     }
     let out = dir.join("run");
-    let o = Command::new(env!("CARGO_BIN_EXE_kvproof"))
-        .env("CI", "true")
-        .arg("run")
-        .arg(&scenarios)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("run");
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let o = kvproof().arg("run").arg(&scenarios).arg("--out").arg(&out).output().expect("run");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     out
 }
 
@@ -93,7 +72,7 @@ fn the_page_inlines_every_plot_and_links_only_to_files_of_the_run() {
     // a provenance file from a captured case: the page must link it
     std::fs::create_dir_all(run.join("provenance/case-1")).expect("dir");
     std::fs::write(run.join("provenance/case-1/diff.txt"), "layer 0\n").expect("write");
-    let o = Command::new(env!("CARGO_BIN_EXE_kvproof")).arg("report").arg(&run).output().expect("report");
+    let o = kvproof().arg("report").arg(&run).output().expect("report");
     assert_eq!(o.status.code(), Some(0));
 
     let html = std::fs::read_to_string(run.join("index.html")).expect("index.html");
@@ -166,7 +145,7 @@ fn headless_chromium_renders_the_page() {
         .env("CHROME", chrome)
         .output()
         .expect("screenshot script");
-    assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{}", text(&o));
     let bytes = std::fs::read(&png).expect("screenshot");
     assert_eq!(&bytes[1..4], b"PNG");
     // 1280x2000 of text, tables and plots compresses to far more than a blank page would

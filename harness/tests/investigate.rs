@@ -2,7 +2,6 @@
 //! is the request a run sends (same id, slot and prompt), on the cases that use several slots and conversations.
 //! The story names the first divergent row a failing run names, and says so when it compared no state.
 
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use kvproof::driver::{Caps, Driver, DriverError, Generation, Launcher, Profile};
@@ -15,9 +14,8 @@ use kvproof_engines::dump::StateDump;
 use kvproof_engines::engine::Request;
 use kvproof_engines::fault::Fault;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+mod support;
+use support::repo;
 
 /// (id, slot, prompt) of a request.
 type Sent = (u64, usize, Vec<u32>);

@@ -1,7 +1,7 @@
 //! junit.xml as CI test reporters read it: a well-formed JUnit document (parsed back with quick-junit's reader)
 //! whose suites, cases, failures, errors, skips and totals are those of the run, with names that need escaping.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use kvproof::record::{CheckName, Verdict};
 use kvproof::report;
@@ -9,15 +9,8 @@ use kvproof::scenario::load_str;
 use kvproof::session::{run_scenarios, RunOptions};
 use quick_junit::{NonSuccessKind, Report, TestCaseStatus};
 
-fn engine_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    kvproof::driver::sibling_binary(&exe, "kvproof-engine").unwrap_or_else(|| {
-        panic!(
-            "kvproof-engine is not built next to {}: run `cargo test --workspace` (or `cargo build -p kvproof-engines`)",
-            exe.display()
-        )
-    })
-}
+mod support;
+use support::engine_binary;
 
 /// An inkling engine over stdio whose warm process is killed at its third request (tests/support/die-after.sh).
 fn dying_engine() -> Vec<String> {

@@ -213,19 +213,21 @@ fn dump_and_fixture_refuse_what_exists_and_force_replaces_links_not_targets() {
     std::fs::write(&victim, "precious\n").expect("victim");
     let out = dir.join("state.safetensors");
     symlink(&victim, &out);
-    let dump = |force: bool| {
-        let mut c = kvproof();
-        c.arg("dump").arg(scenario(&dir)).args(["--case", "extend", "--out"]).arg(&out);
-        if force {
-            c.arg("--force");
-        }
-        c.output().expect("dump")
+    let dump = |extra: &[&str]| {
+        kvproof()
+            .arg("dump")
+            .arg(scenario(&dir))
+            .args(["--case", "extend", "--out"])
+            .arg(&out)
+            .args(extra)
+            .output()
+            .expect("dump")
     };
-    let o = dump(false);
+    let o = dump(&[]);
     assert_eq!(read(&victim), "precious\n", "the dump wrote through the link: {}", text(&o));
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("--force"), "{}", text(&o));
-    let o = dump(true);
+    let o = dump(&["--force"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(read(&victim), "precious\n");
     assert!(std::fs::symlink_metadata(&out).expect("dump").is_file());
@@ -234,18 +236,18 @@ fn dump_and_fixture_refuse_what_exists_and_force_replaces_links_not_targets() {
     std::fs::create_dir(&model).expect("model");
     std::fs::write(model.join("notes.txt"), "mine\n").expect("notes");
     symlink(&victim, &model.join("config.json"));
-    let fixture = |force: bool| {
-        let mut c = kvproof();
-        c.args(["fixture", "--arch", "inkling", "--preset", "tiny", "--out"]).arg(&model);
-        if force {
-            c.arg("--force");
-        }
-        c.output().expect("fixture")
+    let fixture = |extra: &[&str]| {
+        kvproof()
+            .args(["fixture", "--arch", "inkling", "--preset", "tiny", "--out"])
+            .arg(&model)
+            .args(extra)
+            .output()
+            .expect("fixture")
     };
-    let o = fixture(false);
+    let o = fixture(&[]);
     assert_eq!(read(&victim), "precious\n", "the fixture wrote through the link: {}", text(&o));
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    let o = fixture(true);
+    let o = fixture(&["--force"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(read(&victim), "precious\n");
     assert_eq!(read(&model.join("notes.txt")), "mine\n");

@@ -3,11 +3,8 @@
 use kvproof::plot::bounds::{self, BoundBar};
 use kvproof::plot::lines::{self, LineChart, Series};
 
-fn tmp(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("kvproof-plots-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&d).expect("tmp");
-    d
-}
+mod support;
+use support::tmp;
 
 #[test]
 fn line_chart_has_title_axes_and_legend() {
@@ -71,26 +68,17 @@ fn text_lines(svg: &str) -> Vec<&str> {
     lines.windows(2).filter(|w| w[0].trim_start().starts_with("<text")).map(|w| w[1].trim()).collect()
 }
 
+/// The bar of `failures` in `trials`, bounded above at `upper`: no limit, no split.
+fn bar(label: &str, failures: u64, trials: u64, upper: f64) -> BoundBar {
+    BoundBar { label: label.into(), failures, trials, upper, limit: None, split: None }
+}
+
 #[test]
 fn bounds_chart_draws_every_scenario() {
     let dir = tmp("bounds");
     let bars = vec![
-        BoundBar {
-            label: "inkling-stress".into(),
-            failures: 0,
-            trials: 299,
-            upper: 0.00997,
-            limit: Some(0.01),
-            split: None,
-        },
-        BoundBar {
-            label: "glm53-stress".into(),
-            failures: 2,
-            trials: 300,
-            upper: 0.0213,
-            limit: Some(0.01),
-            split: None,
-        },
+        BoundBar { limit: Some(0.01), ..bar("inkling-stress", 0, 299, 0.00997) },
+        BoundBar { limit: Some(0.01), ..bar("glm53-stress", 2, 300, 0.0213) },
     ];
     let (svg, png) =
         bounds::draw(&bars, "failure-rate bounds (95% one-sided)", "scenario (failures/trials)", &dir.join("bounds"))
@@ -105,14 +93,7 @@ fn bounds_chart_draws_every_scenario() {
 #[test]
 fn one_bar_fills_the_axis_and_no_limit_means_no_limit_legend() {
     let dir = tmp("one-bar");
-    let bars = vec![BoundBar {
-        label: "previous-turn".into(),
-        failures: 3,
-        trials: 50,
-        upper: 0.15,
-        limit: None,
-        split: None,
-    }];
+    let bars = vec![bar("previous-turn", 3, 50, 0.15)];
     let (svg, _) = bounds::draw(&bars, "t", "stale context", &dir.join("b")).expect("draw");
     let text = std::fs::read_to_string(&svg).expect("svg");
     assert_bars_fill_the_axis(&text, 1);
@@ -123,22 +104,8 @@ fn one_bar_fills_the_axis_and_no_limit_means_no_limit_legend() {
 fn a_staleness_chart_splits_stale_from_corrupt() {
     let dir = tmp("split");
     let bars = vec![
-        BoundBar {
-            label: "previous-turn".into(),
-            failures: 20,
-            trials: 50,
-            upper: 0.55,
-            limit: None,
-            split: Some((15, 5)),
-        },
-        BoundBar {
-            label: "other-slot".into(),
-            failures: 0,
-            trials: 50,
-            upper: 0.058,
-            limit: None,
-            split: Some((0, 0)),
-        },
+        BoundBar { split: Some((15, 5)), ..bar("previous-turn", 20, 50, 0.55) },
+        BoundBar { split: Some((0, 0)), ..bar("other-slot", 0, 50, 0.058) },
     ];
     let (svg, _) = bounds::draw(&bars, "t", "stale context", &dir.join("s")).expect("draw");
     let text = std::fs::read_to_string(&svg).expect("svg");

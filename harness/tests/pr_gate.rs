@@ -4,16 +4,15 @@
 //! every reused turn must perform, the artifacts, and the report rebuilt identically from them.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use kvproof::record::{CheckName, Status, TrialRecord, Verdict};
 use kvproof::report;
 use kvproof::scenario::{load_file, load_paths, CaseName, EngineSpec, Kind, Params, Scenario, Via};
 use kvproof::session::{run_scenarios, RunOptions};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+mod support;
+use support::repo;
 
 const ARCHES: [&str; 5] = ["deepseek", "glm", "glm53", "inkling", "kimi"];
 

@@ -12,11 +12,8 @@ use kvproof_engines::fault::Fault;
 use kvproof_engines::tokenizer::{EOS, ROLE_ASSISTANT, ROLE_USER};
 use kvproof_engines::{bundled, dump, fixture};
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("kvproof-prov-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&d).expect("tmp dir");
-    d
-}
+mod support;
+use support::tmp;
 
 fn inkling(fault: Option<Fault>) -> Box<dyn Engine> {
     let overrides = serde_json::json!({"initial_capacity": 32});

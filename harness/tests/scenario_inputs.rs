@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 mod support;
-use support::{kvproof, text, tmp};
+use support::{engine_binary, kvproof, text, tmp};
 
 fn run(dir: &Path, scenario: &str) -> (PathBuf, Output) {
     let path = dir.join("s.json");
@@ -14,11 +14,14 @@ fn run(dir: &Path, scenario: &str) -> (PathBuf, Output) {
     (path, o)
 }
 
-fn engine_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    kvproof::driver::sibling_binary(&exe, "kvproof-engine").unwrap_or_else(|| {
-        panic!("kvproof-engine is not built next to {}: run `cargo build -p kvproof-engines`", exe.display())
-    })
+/// `o` is an input error: exit 2, a message naming `at` (the file, or a place in it) and `field`, and nothing ran.
+/// The message, for further checks.
+fn assert_input_error(dir: &Path, o: &Output, at: &str, field: &str) -> String {
+    let msg = text(o);
+    assert_eq!(o.status.code(), Some(2), "{msg}");
+    assert!(msg.contains(at) && msg.contains(field), "{msg}");
+    assert!(!dir.join("out").exists(), "nothing runs when an input is bad");
+    msg
 }
 
 #[test]
@@ -29,10 +32,7 @@ fn a_slot_a_bundled_engine_does_not_have_exits_2_at_the_field() {
         "{\"name\": \"s\", \"engine\": {\"arch\": \"inkling\"}, \"kind\": \"stress-pairs\",\n\
          \"params\": {\"pairs\": 2, \"slot\": 7}}",
     );
-    let msg = text(&o);
-    assert_eq!(o.status.code(), Some(2), "{msg}");
-    assert!(msg.contains(&format!("{}:2:", path.display())) && msg.contains("params.slot"), "{msg}");
-    assert!(!dir.join("out").exists(), "nothing runs when an input is bad");
+    assert_input_error(&dir, &o, &format!("{}:2:", path.display()), "params.slot");
 }
 
 #[test]
@@ -46,11 +46,8 @@ fn a_slot_a_command_engine_does_not_report_exits_2_before_trials_run() {
              \"kind\": \"stress-pairs\", \"params\": {{\"pairs\": 2, \"slot\": 7}}}}"
         ),
     );
-    let msg = text(&o);
-    assert_eq!(o.status.code(), Some(2), "{msg}");
-    assert!(msg.contains(&path.display().to_string()) && msg.contains("params.slot"), "{msg}");
+    let msg = assert_input_error(&dir, &o, &path.display().to_string(), "params.slot");
     assert!(!msg.contains("engine died"), "{msg}");
-    assert!(!dir.join("out").exists(), "nothing runs when an input is bad");
 }
 
 #[test]
@@ -61,8 +58,5 @@ fn user_texts_longer_than_the_context_holds_are_an_error_not_clamped() {
         "{\"name\": \"s\", \"engine\": {\"arch\": \"inkling\"}, \"kind\": \"stress-pairs\",\n\
          \"params\": {\"pairs\": 1, \"turns\": [2, 2], \"user_len\": [100000, 100000]}}",
     );
-    let msg = text(&o);
-    assert_eq!(o.status.code(), Some(2), "{msg}");
-    assert!(msg.contains(&path.display().to_string()) && msg.contains("params.user_len"), "{msg}");
-    assert!(!dir.join("out").exists(), "nothing runs when an input is bad");
+    assert_input_error(&dir, &o, &path.display().to_string(), "params.user_len");
 }

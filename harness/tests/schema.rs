@@ -12,9 +12,8 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+mod support;
+use support::repo;
 
 const REGENERATE: &str = "cargo run -- schema > scenarios/schema.json";
 

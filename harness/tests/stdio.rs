@@ -9,15 +9,8 @@ use kvproof::report::{self, results};
 use kvproof::scenario::load_str;
 use kvproof::session::{run_scenarios, RunOptions};
 
-fn engine_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    kvproof::driver::sibling_binary(&exe, "kvproof-engine").unwrap_or_else(|| {
-        panic!(
-            "kvproof-engine is not built next to {}: run `cargo test --workspace` (or `cargo build -p kvproof-engines`)",
-            exe.display()
-        )
-    })
-}
+mod support;
+use support::engine_binary;
 
 fn wrapper() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/die-after.sh")

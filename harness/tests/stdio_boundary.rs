@@ -4,17 +4,13 @@
 //! cannot carry (state bytes) is skipped with the reason — and that a scenario run in-process and over stdio gives
 //! the same trials: the same prompts, replies, reuse counts and verdicts.
 
-use std::path::{Path, PathBuf};
-
 use kvproof::record::{CheckName, Status, TrialRecord, Verdict};
 use kvproof::scenario::{load_file, Cold, EngineSpec, Params, Scenario, Via};
-use kvproof::session::{run_scenarios, RunOptions};
+
+mod support;
+use support::{repo, run_in_tmp};
 
 const ARCHES: [&str; 5] = ["deepseek", "glm", "glm53", "inkling", "kimi"];
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 fn stdio_scenario(arch: &str) -> Scenario {
     let path = repo().join(format!("scenarios/pr/{arch}-stdio.json"));
@@ -34,15 +30,6 @@ fn in_process(s: &Scenario) -> Scenario {
     twin
 }
 
-fn run(name: &str, scenarios: &[Scenario]) -> (kvproof::record::Summary, Vec<TrialRecord>) {
-    let out = std::env::temp_dir().join(format!("kvproof-stdio-boundary-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let opts = RunOptions { out: out.clone(), fault: None, progress: false, command: vec![] };
-    let result = run_scenarios(scenarios, &opts).expect("run");
-    let _ = std::fs::remove_dir_all(&out);
-    result
-}
-
 fn status(t: &TrialRecord, c: CheckName) -> (Status, String) {
     let r = t.checks.iter().find(|r| r.check == c).unwrap_or_else(|| panic!("{} lacks {c}", t.name()));
     (r.status, r.detail.clone())
@@ -51,7 +38,7 @@ fn status(t: &TrialRecord, c: CheckName) -> (Status, String) {
 #[test]
 fn over_stdio_every_check_the_protocol_carries_is_performed() {
     let scenarios: Vec<Scenario> = ARCHES.iter().map(|a| stdio_scenario(a)).collect();
-    let (summary, trials) = run("checks", &scenarios);
+    let (summary, trials) = run_in_tmp("checks", &scenarios);
     let bad: Vec<_> = trials.iter().filter(|t| t.verdict != Verdict::Pass).collect();
     // the scenarios' own reasons too: a scenario can fail with every trial passing (a required check skipped,
     // planned trials without a result)
@@ -97,7 +84,7 @@ fn in_process_and_over_stdio_the_same_scenario_gives_the_same_trials() {
     for arch in ARCHES {
         let stdio = stdio_scenario(arch);
         let local = in_process(&stdio);
-        let (_, trials) = run(&format!("twins-{arch}"), &[stdio.clone(), local.clone()]);
+        let (_, trials) = run_in_tmp(&format!("twins-{arch}"), &[stdio.clone(), local.clone()]);
         let of = |name: &str| {
             let mut v: Vec<_> = trials
                 .iter()

@@ -694,7 +694,8 @@ impl EngineFrame {
             EngineFrame::Error(e) => {
                 let id = e.id.map_or_else(|| "-".to_string(), |id| id.to_string());
                 out.extend_from_slice(format!("ERROR {id} {}", e.code).as_bytes());
-                let detail = sanitize_detail(&e.detail);
+                let detail = printable_line(&e.detail, MAX_DETAIL);
+                let detail = detail.trim();
                 if !detail.is_empty() {
                     out.extend_from_slice(format!(" {detail}").as_bytes());
                 }
@@ -1071,18 +1072,20 @@ pub fn quote(bytes: &[u8]) -> String {
     s
 }
 
-/// One line of printable text, bounded.
-fn sanitize_detail(detail: &str) -> String {
-    let mut s: String = detail.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
-    if s.len() > MAX_DETAIL {
-        let mut cut = MAX_DETAIL;
+/// `text` as one line of printable text: every control character (newlines too) a space, and past `max` bytes cut
+/// at a character boundary with `...` after it. For free text quoted inside a one-line record, such as an ERROR
+/// frame's detail.
+pub fn printable_line(text: &str, max: usize) -> String {
+    let mut s: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    if s.len() > max {
+        let mut cut = max;
         while !s.is_char_boundary(cut) {
             cut -= 1;
         }
         s.truncate(cut);
         s.push_str("...");
     }
-    s.trim().to_string()
+    s
 }
 
 #[cfg(test)]

@@ -36,23 +36,10 @@ pub fn fuzz_submit(data: &[u8]) {
     }
 }
 
-/// The engine a fuzzed SUBMIT is built for: the limits of the bundled tiny preset, with audio.
+/// The engine a fuzzed SUBMIT is built for: the bundled tiny inkling (audio, a window), with a second slot so a
+/// SUBMIT may name one past the first.
 fn fuzz_engine_info() -> EngineInfo {
-    EngineInfo {
-        arch: "inkling".into(),
-        preset: Some("tiny".into()),
-        slots: 2,
-        max_ctx: 1024,
-        vocab: crate::tokenizer::VOCAB,
-        audio: true,
-        audio_frame_bytes: 8,
-        window: Some(8),
-        prompt_rows: None,
-        initial_capacity: 64,
-        fault: None,
-        model_hash: String::new(),
-        cost: None,
-    }
+    EngineInfo { slots: 2, ..EngineInfo::tiny_inkling() }
 }
 
 #[cfg(test)]

@@ -188,22 +188,9 @@ fn grid_rows(info: &EngineInfo) -> usize {
 pub(crate) mod tests {
     use super::*;
 
+    /// A bundled tiny inkling's limits (one slot, audio, an 8-row window).
     pub(crate) fn tiny_info() -> EngineInfo {
-        EngineInfo {
-            arch: "inkling".into(),
-            preset: Some("tiny".into()),
-            slots: 1,
-            max_ctx: 1024,
-            vocab: 264,
-            audio: true,
-            audio_frame_bytes: 8,
-            window: Some(8),
-            prompt_rows: None,
-            initial_capacity: 64,
-            fault: None,
-            model_hash: "x".into(),
-            cost: None,
-        }
+        EngineInfo::tiny_inkling()
     }
 
     pub(crate) fn caps(audio: Option<usize>) -> Caps {

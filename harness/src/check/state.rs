@@ -152,40 +152,8 @@ pub fn record_check(expected_tainted: Option<bool>, dumps: &[(&str, &StateDump, 
 mod tests {
     use super::*;
     use crate::record::Status;
-    use kvproof_engines::dump::{DumpMeta, DumpTensor, RecordDump, Writer, WriterKind};
+    use kvproof_engines::dump::fixtures::{dump, tensor};
     use kvproof_engines::state_diff::compare;
-
-    fn writer(request: u64) -> Option<Writer> {
-        Some(Writer { request, kind: WriterKind::Prefill { chunk: 0, chunk_rows: 4 } })
-    }
-
-    fn tensor(layer: usize, kind: CacheKind, positions: &[i64], values: &[f32]) -> DumpTensor {
-        DumpTensor {
-            layer,
-            name: "k".into(),
-            kind,
-            width: 1,
-            data: values.to_vec(),
-            positions: positions.to_vec(),
-            writers: positions.iter().map(|&p| if p >= 0 { writer(1) } else { None }).collect(),
-        }
-    }
-
-    fn dump(len: usize, record: &[u32], tensors: Vec<DumpTensor>) -> StateDump {
-        StateDump {
-            meta: DumpMeta {
-                arch: "inkling".into(),
-                preset: None,
-                model_hash: String::new(),
-                fault: None,
-                slot: 0,
-                len,
-                capacity: 8,
-            },
-            record: RecordDump { ids: record.to_vec(), tainted: false, capacity: 8 },
-            tensors,
-        }
-    }
 
     #[test]
     fn malformed_dumps_are_reported_not_indexed() {

@@ -4,6 +4,7 @@
 
 use kvproof_engines::dump::StateDump;
 use kvproof_engines::engine::Request;
+use kvproof_engines::serve::frame::printable_line;
 use kvproof_engines::state_diff::{self, Incomparable, StateDiff};
 
 use super::memory::Footprint;
@@ -250,16 +251,7 @@ const MAX_REFUSAL_DETAIL: usize = 300;
 fn refusal_detail(r: &Result<Generation, DriverError>) -> String {
     match r {
         Err(DriverError::Refused { detail, .. }) if !detail.trim().is_empty() => {
-            let mut d: String = detail.trim().chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
-            if d.len() > MAX_REFUSAL_DETAIL {
-                let mut cut = MAX_REFUSAL_DETAIL;
-                while !d.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                d.truncate(cut);
-                d.push_str("...");
-            }
-            format!(" ({d})")
+            format!(" ({})", printable_line(detail.trim(), MAX_REFUSAL_DETAIL))
         }
         _ => String::new(),
     }

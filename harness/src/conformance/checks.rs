@@ -26,30 +26,6 @@ const LONG_REPLY: usize = 4096;
 const MAX_OVERFLOW_CTX: usize = 1 << 16;
 /// Replies tried to get one that ends at eos.
 const EOS_TRIES: usize = 10;
-/// Checks the report lists as skipped when the engine exits early.
-const ALL_CHECKS: [&str; 21] = [
-    "submit-ids",
-    "data",
-    "done",
-    "tok-s",
-    "reuse",
-    "last-token",
-    "stop",
-    "not-found",
-    "barrier",
-    "cancel",
-    "cancel-at",
-    "context-exceeded",
-    "dump",
-    "reset",
-    "concurrency",
-    "submit-text",
-    "echo",
-    "chat",
-    "errors",
-    "sync",
-    "eof",
-];
 
 /// How a request ended.
 enum End {
@@ -206,7 +182,7 @@ pub fn run(command: &[String], options: Options) -> Result<Report, StartError> {
     }
     p.eof_check();
     if p.gone {
-        for check in ALL_CHECKS {
+        for check in super::CHECKS {
             if !p.findings.iter().any(|f| f.check == check) {
                 p.skip(check, "the engine exited before this was checked");
             }

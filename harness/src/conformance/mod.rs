@@ -16,6 +16,32 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+/// Every check after start-up (READY and CAPS, which every run reports): a run that ends early lists the ones it
+/// did not reach as skipped.
+pub const CHECKS: [&str; 21] = [
+    "submit-ids",
+    "data",
+    "done",
+    "tok-s",
+    "reuse",
+    "last-token",
+    "stop",
+    "not-found",
+    "barrier",
+    "cancel",
+    "cancel-at",
+    "context-exceeded",
+    "dump",
+    "reset",
+    "concurrency",
+    "submit-text",
+    "echo",
+    "chat",
+    "errors",
+    "sync",
+    "eof",
+];
+
 /// How a check ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

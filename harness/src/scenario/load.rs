@@ -309,7 +309,6 @@ mod tests {
         assert!(msg.starts_with("s.json:2:"), "{msg}");
     }
 
-    /// Every struct of the format, written as an array instead of an object: each is refused at the array.
     #[test]
     fn every_shipped_scenario_still_loads() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
@@ -327,6 +326,7 @@ mod tests {
         assert!(loaded > 10, "{loaded} scenarios found");
     }
 
+    /// Every struct of the format, written as an array instead of an object: each is refused at the array.
     #[test]
     fn structs_are_never_read_from_arrays() {
         let agentic = |tasks: &str| {

@@ -1,11 +1,15 @@
-//! What the command-line tests share: the built `kvproof`, a fresh scratch folder per test, and a command's output
-//! as one text for assertion messages.
+//! What the integration tests share: the built `kvproof` and `kvproof-engine`, the repository's root, a fresh
+//! scratch folder per test, scenarios run in-process, and a command's output as one text for assertion messages.
 
 // each test binary uses the part it needs
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use kvproof::record::{Summary, TrialRecord};
+use kvproof::scenario::Scenario;
+use kvproof::session::{run_scenarios, RunOptions};
 
 /// The `kvproof` binary of this build, run as under CI (no progress bars).
 pub fn kvproof() -> Command {
@@ -14,12 +18,39 @@ pub fn kvproof() -> Command {
     c
 }
 
+/// The `kvproof-engine` binary built next to this test's binary (`cargo test --workspace` builds it).
+pub fn engine_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    kvproof::driver::sibling_binary(&exe, "kvproof-engine").unwrap_or_else(|| {
+        panic!(
+            "kvproof-engine is not built next to {}: run `cargo test --workspace` (or `cargo build -p kvproof-engines`)",
+            exe.display()
+        )
+    })
+}
+
+/// The repository's root (where scenarios/, ci/ and fuzz/ are).
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
 /// An empty scratch folder named after the test binary, the process and `name`.
 pub fn tmp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("kvproof-{}-{}-{name}", env!("CARGO_CRATE_NAME"), std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("tmp dir");
     dir
+}
+
+/// `scenarios` run in-process (no fault, no progress bars) into a scratch folder named after `name`, removed
+/// afterwards: the run's summary and trials.
+pub fn run_in_tmp(name: &str, scenarios: &[Scenario]) -> (Summary, Vec<TrialRecord>) {
+    let out = std::env::temp_dir().join(format!("kvproof-{}-{}-{name}", env!("CARGO_CRATE_NAME"), std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let opts = RunOptions { out: out.clone(), fault: None, progress: false, command: vec![] };
+    let result = run_scenarios(scenarios, &opts).expect("run");
+    let _ = std::fs::remove_dir_all(&out);
+    result
 }
 
 /// stdout then stderr.

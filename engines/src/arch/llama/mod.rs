@@ -134,7 +134,7 @@ pub fn bench(model: &Model, lens: &[usize], decode: usize) -> Vec<BenchRow> {
         let w1 = crate::kernels::work();
         let t1 = std::time::Instant::now();
         for step in 0..decode {
-            let id = argmax(&logits);
+            let id = crate::sampler::argmax(&logits);
             logits = model.forward(&mut st, &Segment::of_ids(&[id], len + step, writer));
         }
         let dec = t1.elapsed().as_secs_f64();
@@ -149,15 +149,4 @@ pub fn bench(model: &Model, lens: &[usize], decode: usize) -> Vec<BenchRow> {
         });
     }
     rows
-}
-
-/// The first id of the largest logit.
-fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > logits[best] {
-            best = i;
-        }
-    }
-    best as u32
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::arch::cost;
-use crate::config::{ArchConfig, BaseConfig, HashLayout, Preset};
+use crate::config::{ArchConfig, BaseConfig, Preset};
 use crate::error::{EngineError, Result};
 use crate::gguf::{GgmlType, Gguf};
 use crate::kernels::{QBytes, QMatrix, QType};
@@ -261,15 +261,14 @@ impl Model {
 /// The model hash of a GGUF model: its config and the file's header (metadata and tensor directory: names,
 /// types, shapes, offsets), sampled data bytes around each tensor's start, and the file's length.
 fn gguf_hash(c: &Config, g: &Gguf) -> String {
-    use sha2::{Digest, Sha256};
-    let mut hasher = Sha256::new();
-    hasher.update(HashLayout::of(c).and_then(|layout| serde_json::to_vec(&layout)).unwrap_or_default());
-    let raw = g.raw();
-    hasher.update(&raw[..g.data_start().min(raw.len())]);
-    hasher.update((raw.len() as u64).to_le_bytes());
-    for t in g.tensors() {
-        let at = g.data_start() + t.offset as usize;
-        hasher.update(&raw[at..(at + 4096.min(t.size as usize))]);
-    }
-    hasher.finalize().iter().take(6).map(|b| format!("{b:02x}")).collect()
+    use sha2::Digest;
+    crate::arch::model_hash::hash_of(c, |hasher| {
+        let raw = g.raw();
+        hasher.update(&raw[..g.data_start().min(raw.len())]);
+        hasher.update((raw.len() as u64).to_le_bytes());
+        for t in g.tensors() {
+            let at = g.data_start() + t.offset as usize;
+            hasher.update(&raw[at..(at + 4096.min(t.size as usize))]);
+        }
+    })
 }
