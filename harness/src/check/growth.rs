@@ -196,10 +196,11 @@ fn over_expected(s: &GrowthStats, max: f64) -> Option<(bool, String)> {
     Some((holds, why))
 }
 
-/// The scenario-level `warm-growth` check (`assert.max_warm_ratio_over_expected`): `None` when the scenario does
-/// not assert it, skipped with the reason when the engine reports no cost (never passed).
-pub fn warm_growth_check(s: &GrowthStats, a: &Assertions) -> Option<CheckResult> {
-    let max = a.max_warm_ratio_over_expected?;
+/// The scenario-level `warm-growth` check (`assert.max_warm_ratio_over_expected`, which the statistics carry):
+/// `None` when the scenario does not assert it, skipped with the reason when the engine reports no cost (never
+/// passed).
+pub fn warm_growth_check(s: &GrowthStats) -> Option<CheckResult> {
+    let max = s.max_warm_ratio_over_expected?;
     Some(match over_expected(s, max) {
         Some((holds, why)) => CheckResult::from_bool(CheckName::WarmGrowth, holds, why),
         None => CheckResult::skipped(
@@ -475,7 +476,7 @@ mod tests {
         let at = analyze(&curve, &over_expected_bound(over)).expect("stats");
         assert!(at.violations.is_empty(), "{:?}", at.violations);
         assert_eq!(at.max_warm_ratio_over_expected, Some(over), "the bound travels with the numbers");
-        let check = warm_growth_check(&at, &over_expected_bound(over)).expect("asserted");
+        let check = warm_growth_check(&at).expect("asserted");
         assert_eq!(check.status, Status::Pass, "{check:?}");
 
         let below = over - 1e-6;
@@ -484,7 +485,7 @@ mod tests {
         let v = &above.violations[0];
         assert!(v.contains(&format!("{over:.2} times the {expected:.2}x the model's cost expects")), "{v}");
         assert!(v.contains("at the reuse a correct engine takes") && v.contains(&format!("at most {below}")), "{v}");
-        let check = warm_growth_check(&above, &over_expected_bound(below)).expect("asserted");
+        let check = warm_growth_check(&above).expect("asserted");
         assert_eq!((check.status, check.detail.as_str()), (Status::Fail, v.as_str()));
 
         // growth the model's cost accounts for is never held against the engine
@@ -492,7 +493,7 @@ mod tests {
         assert!(exact.warm_ratio > 1.5, "the model itself grows a warm turn: {}", exact.warm_ratio);
         assert!(exact.violations.is_empty(), "{:?}", exact.violations);
         // and not asserted, not checked
-        assert!(warm_growth_check(&s, &Assertions::default()).is_none());
+        assert!(warm_growth_check(&s).is_none());
     }
 
     #[test]
@@ -506,7 +507,7 @@ mod tests {
         let s = analyze(&curve, &a).expect("stats");
         assert_eq!((s.expected_warm_ratio, s.warm_ratio_over_expected), (None, None));
         assert!(s.violations.is_empty(), "not judged is not failed: {:?}", s.violations);
-        let check = warm_growth_check(&s, &a).expect("asserted");
+        let check = warm_growth_check(&s).expect("asserted");
         assert_eq!(check.status, Status::Skipped, "never passed: {check:?}");
         assert!(check.detail.contains("the engine reports no cost"), "{}", check.detail);
         assert!(check.detail.contains("assert.max_warm_ratio_over_expected not judged"), "{}", check.detail);
@@ -542,7 +543,7 @@ mod tests {
             assert!(over > 2.5, "{what}: {over}");
             assert_eq!(s.violations.len(), 1, "{what}: {:?}", s.violations);
             assert!(s.violations[0].contains("at most 1.5 times allowed"), "{what}: {}", s.violations[0]);
-            let check = warm_growth_check(&s, &a).expect("asserted");
+            let check = warm_growth_check(&s).expect("asserted");
             assert_eq!(check.status, Status::Fail, "{what}");
             // the expected ratio is a correct engine's, whatever this one reported reusing
             let clean = analyze(&curve_at_cost(0.0), &a).expect("stats");

@@ -81,7 +81,7 @@ fn summarize_scenario(entry: &ScenarioEntry, trials: &[&TrialRecord]) -> Scenari
         _ => (None, Vec::new()),
     };
     let scenario_checks: Vec<CheckResult> =
-        growth.as_ref().and_then(|g| super::growth::warm_growth_check(g, &entry.assertions)).into_iter().collect();
+        growth.as_ref().and_then(super::growth::warm_growth_check).into_iter().collect();
     scenario_checks.iter().for_each(&mut tally);
     reasons.extend(required_checks(&entry.assertions.require, trials, &scenario_checks));
     let rate = entry.assertions.max_failure_rate;
