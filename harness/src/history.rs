@@ -100,6 +100,9 @@ fn rows_of(s: &Summary, unix: u64, label: &str) -> Vec<HistoryRow> {
             if let Some(x) = g.expected_warm_ratio {
                 push(n, "expected_warm_ratio", x);
             }
+            if let Some(x) = g.warm_ratio_over_expected {
+                push(n, "warm_ratio_over_expected", x);
+            }
             push(n, "warm_last_ms", g.warm_last_ms);
             push(n, "cold_last_ms", g.cold_last_ms);
         }

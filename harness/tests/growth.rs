@@ -49,6 +49,7 @@ struct Row {
     expected_warm_prefill_flops: Option<f64>,
     expected_cold_prefill_flops: Option<f64>,
     expected_decode_flops: Option<f64>,
+    expected_oracle_warm_prefill_flops: Option<f64>,
 }
 
 fn rows(run: &Path) -> Vec<Row> {
@@ -160,6 +161,13 @@ fn stopped_reuse_fails_the_growth_assertion_and_a_rebuild_agrees() {
     let rows = rows(&out);
     let lost: Vec<usize> = rows.iter().filter(|r| r.turn > 1 && r.reused == 0).map(|r| r.turn).collect();
     assert!(!lost.is_empty(), "capacity growth dropped the record on some turn");
+    // the expected cost of a lost turn is a correct engine's, which reuses: the fault's full prefill is not excused
+    for r in rows.iter().filter(|r| lost.contains(&r.turn)) {
+        let (warm, cold, _) = cost_of(r.context, r.expected_reuse.expect("the oracle's count"));
+        assert_eq!(r.expected_warm_prefill_flops, Some(cold), "turn {}: what the engine prefilled", r.turn);
+        assert_eq!(r.expected_oracle_warm_prefill_flops, Some(warm), "turn {}: what it should have", r.turn);
+        assert!(warm < cold, "turn {}", r.turn);
+    }
     let junit = std::fs::read_to_string(out.join("junit.xml")).expect("junit");
     assert!(junit.contains("growth assertions") && junit.contains("<failure message=\""), "{junit}");
 
@@ -170,6 +178,82 @@ fn stopped_reuse_fails_the_growth_assertion_and_a_rebuild_agrees() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert_eq!(std::fs::read_to_string(out.join("summary.md")).expect("summary"), before);
     assert!(out.join("plots/growth-wall-tiny-growth.svg").is_file(), "plots redrawn from the artifacts");
+}
+
+/// The tiny scenario with `assert` in place of its own, over stdio when `stdio` (where no cost travels).
+fn scenario_asserting(dir: &Path, name: &str, assert: &str, stdio: bool) -> PathBuf {
+    let text = std::fs::read_to_string(scenario(dir)).expect("scenario");
+    let mut text = text.replace(r#""assert": { "min_reuse_fraction": 0.7 }"#, &format!(r#""assert": {assert}"#));
+    if stdio {
+        text = text.replace(r#""seed": 0 }"#, r#""seed": 0, "via": "stdio" }"#);
+    }
+    assert!(text.contains(assert) && text.contains("stdio") == stdio, "{text}");
+    let p = dir.join(name);
+    std::fs::write(&p, text).expect("write");
+    p
+}
+
+/// The row of `check` in summary.md's checks table: (ran, pass, fail, skipped).
+fn check_row(md: &str, check: &str) -> Option<(usize, usize, usize, usize)> {
+    let row = md.lines().find(|l| l.starts_with(&format!("| tiny-growth | {check} |")))?;
+    let n: Vec<usize> = row.split('|').skip(3).take(4).map(|c| c.trim().parse().expect("count")).collect();
+    Some((n[0], n[1], n[2], n[3]))
+}
+
+#[test]
+fn the_warm_ratio_over_the_expected_one_is_judged_and_shown_with_its_bound() {
+    // Wall-clock ratios are not asserted here: the bound is far above any a reusing engine reaches, so the check
+    // runs and passes; the unit tests of src/check/growth.rs hold synthetic curves against tight bounds.
+    let dir = tmp("over-expected");
+    let p = scenario_asserting(&dir, "over.json", r#"{ "max_warm_ratio_over_expected": 50 }"#, false);
+    let out = dir.join("run");
+    let o = kvproof().arg("run").arg(&p).arg("--out").arg(&out).output().expect("run");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let md = std::fs::read_to_string(out.join("summary.md")).expect("summary");
+    assert_eq!(check_row(&md, "warm-growth"), Some((1, 1, 0, 0)), "{md}");
+    assert!(md.contains("| warm / expected |"), "{md}");
+    let row = md.lines().find(|l| l.starts_with("| tiny-growth | ") && l.contains(" → ")).expect("growth row");
+    assert!(row.contains("x** (≤ 50x) |"), "{row}");
+    let html = std::fs::read_to_string(out.join("index.html")).expect("index.html");
+    assert!(html.contains("<th>warm / expected</th>") && html.contains("x (≤ 50x)</td>"), "{html}");
+    let junit = std::fs::read_to_string(out.join("junit.xml")).expect("junit");
+    assert!(junit.contains("warm/expected ") && !junit.contains("<skipped"), "{junit}");
+    // a clean engine reuses what the oracle expects: the expected cost is the one it paid
+    for r in rows(&out) {
+        assert_eq!(r.expected_oracle_warm_prefill_flops, r.expected_warm_prefill_flops, "turn {}", r.turn);
+    }
+}
+
+#[test]
+fn without_a_cost_the_bound_over_the_expected_ratio_is_skipped_and_fails_only_when_required() {
+    let dir = tmp("over-expected-stdio");
+    let p = scenario_asserting(&dir, "stdio.json", r#"{ "max_warm_ratio_over_expected": 1.5 }"#, true);
+    let out = dir.join("run");
+    let o = kvproof().arg("run").arg(&p).arg("--out").arg(&out).output().expect("run");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let md = std::fs::read_to_string(out.join("summary.md")).expect("summary");
+    assert_eq!(check_row(&md, "warm-growth"), Some((0, 0, 0, 1)), "skipped, not passed: {md}");
+    let skipped = md.split("## Skipped (not counted as passed)").nth(1).expect("a skipped section");
+    assert!(skipped.contains("- **tiny-growth**: warm-growth: the engine reports no cost"), "{skipped}");
+    let row = md.lines().find(|l| l.starts_with("| tiny-growth | ") && l.contains(" → ")).expect("growth row");
+    assert!(row.contains("| unknown (≤ 1.5x not judged) |"), "{row}");
+    let junit = std::fs::read_to_string(out.join("junit.xml")).expect("junit");
+    assert!(junit.contains(r#"<testcase name="warm-growth""#) && junit.contains("<skipped"), "{junit}");
+
+    // required, it cannot pass unjudged
+    let p = scenario_asserting(
+        &dir,
+        "required.json",
+        r#"{ "max_warm_ratio_over_expected": 1.5, "require": ["warm-growth"] }"#,
+        true,
+    );
+    let out = dir.join("required");
+    let o = kvproof().arg("run").arg(&p).arg("--out").arg(&out).output().expect("run");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let why = "required check `warm-growth` was skipped: the engine reports no cost";
+    assert!(text(&o).contains(why), "{}", text(&o));
+    let md = std::fs::read_to_string(out.join("summary.md")).expect("summary");
+    assert!(md.contains(&format!("- **tiny-growth**: {why}")), "{md}");
 }
 
 #[test]

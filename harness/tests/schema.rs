@@ -46,7 +46,8 @@ const GOOD: [&str; 7] = [
     r#"{"name": "a", "engine": {"arch": "inkling"}, "kind": "boundary-matrix"}"#,
     r#"{"name": "g", "engine": {"arch": "inkling", "preset": "small"}, "kind": "growth-curve",
         "params": {"turns": 10, "opening": 16, "user_len": 40, "max_tokens": 16, "repeats": 5, "cold_repeats": 2},
-        "assert": {"max_warm_ratio": 1.2, "min_cold_ratio": 3, "min_speedup_of_ideal": 0.5, "min_reuse_fraction": 0.8}}"#,
+        "assert": {"max_warm_ratio": 1.2, "max_warm_ratio_over_expected": 1.5, "min_cold_ratio": 3,
+                   "min_speedup_of_ideal": 0.5, "min_reuse_fraction": 0.8, "require": ["warm-growth"]}}"#,
     r#"{"name": "s", "engine": {"arch": "glm"}, "kind": "semantic-staleness",
         "params": {"cases": 3, "contexts": ["previous-turn", "other-slot"], "user_len": [4, 9], "other_slot": 2},
         "assert": {"max_failure_rate": 0.05}}"#,
@@ -61,9 +62,13 @@ const GOOD: [&str; 7] = [
         "params": {"cases": ["share", "grid-diverge", "cancel-retry"]}}"#,
 ];
 
-const BAD: [&str; 27] = [
+const BAD: [&str; 29] = [
     r#"{"name": "a", "engine": {"arch": "inkling"}, "kind": "boundary-matrix", "extra": 1}"#,
     r#"{"name": "a", "engine": {"arch": "inkling"}, "kind": "stress-pairs", "assert": {"max_warm_ratio": 1.2}}"#,
+    r#"{"name": "a", "engine": {"arch": "inkling"}, "kind": "stress-pairs",
+        "assert": {"max_warm_ratio_over_expected": 1.5}}"#,
+    r#"{"name": "a", "engine": {"arch": "inkling"}, "kind": "growth-curve",
+        "assert": {"max_warm_ratio_over_expected": 1}}"#,
     r#"{"name": "a", "engine": {"arch": "inkling"}, "kind": "growth-curve", "params": {"turns": 2}}"#,
     r#"{"name": "a", "engine": {"arch": "inkling"}, "kind": "growth-curve", "params": {"repeat": 2}}"#,
     r#"{"name": "a", "engine": {"arch": "inkling"}, "kind": "growth-curve", "assert": {"min_reuse_fraction": 1.5}}"#,

@@ -2,8 +2,10 @@
 //! last/first ratios, the share of prompt tokens reused and the prefill speedup against the ideal, each held
 //! against the scenario's growth assertions. The ideal is the model's: cold / warm prefill flops of the cost the
 //! engine reports (a warm position attends over the whole context, so counting tokens overstates what reuse can
-//! buy); an engine that reports no cost is judged against cold / warm prefilled tokens. Computed from the `growth`
-//! field of the trial records alone, so a rebuilt report reaches the same verdict.
+//! buy); an engine that reports no cost is judged against cold / warm prefilled tokens. The warm ratio is also held
+//! against the ratio the model's cost expects of a correct engine (reusing what the oracle says it must), which
+//! an engine without a cost cannot be: that check is then skipped, never passed. Computed from the `growth` field
+//! of the trial records alone, so a rebuilt report reaches the same verdict.
 
 use super::{reuse, tokens};
 use crate::driver::Generation;
@@ -70,12 +72,18 @@ pub fn analyze(turns: &[GrowthTurn], a: &Assertions) -> Result<GrowthStats, Stri
         let (cold, warm) = c.iter().fold((0.0, 0.0), |(a, b), t| (a + t.cold_prefill_flops, b + t.warm_prefill_flops));
         ratio(cold, warm)
     });
-    let expected = costs.as_ref().and_then(|c| {
+    // A warm turn's cost as a correct engine pays it: at the oracle's reuse when it counts every turn, else at the
+    // reuse the engine reported (an engine reusing less than it should is then expected to grow as it does).
+    let oracle: Option<Vec<f64>> = costs.as_ref().and_then(|c| c.iter().map(TurnCost::oracle_warm_flops).collect());
+    let from_reported = costs.is_some() && oracle.is_none();
+    let warm_cost = oracle.or_else(|| costs.as_ref().map(|c| c.iter().map(TurnCost::warm_flops).collect()));
+    let expected = warm_cost.as_ref().and_then(|c| {
         // the expected warm time of each turn: its cost, scaled so turn 2 takes what it measured
-        let scale = ratio(first.warm.wall_ms, c[0].warm_flops());
-        let pts: Vec<(f64, f64)> = cmp.iter().zip(c).map(|(t, k)| (t.context as f64, scale * k.warm_flops())).collect();
+        let scale = ratio(first.warm.wall_ms, c[0]);
+        let pts: Vec<(f64, f64)> = cmp.iter().zip(c).map(|(t, k)| (t.context as f64, scale * k)).collect();
         (scale > 0.0).then(|| fit(&pts))
     });
+    let expected_ratio = expected.map(|e| e.1).filter(|r| r.is_finite() && *r > 0.0);
     let mut s = GrowthStats {
         turns: turns.len(),
         context_first: first.context,
@@ -95,6 +103,9 @@ pub fn analyze(turns: &[GrowthTurn], a: &Assertions) -> Result<GrowthStats, Stri
         cost_ideal_speedup: cost_ideal,
         expected_warm_ratio: expected.map(|e| e.1),
         expected_warm_slope_ms_per_ktok: expected.map(|e| e.0),
+        expected_from_reported_reuse: from_reported,
+        warm_ratio_over_expected: expected_ratio.map(|e| warm_fit / e),
+        max_warm_ratio_over_expected: a.max_warm_ratio_over_expected,
         prefill_speedup,
         wall_speedup: ratio(sum(|t| t.cold.wall_ms), sum(|t| t.warm.wall_ms)),
         speedup_of_token_ideal: ratio(prefill_speedup, ideal),
@@ -105,18 +116,28 @@ pub fn analyze(turns: &[GrowthTurn], a: &Assertions) -> Result<GrowthStats, Stri
     Ok(s)
 }
 
-fn violations(s: &GrowthStats, a: &Assertions) -> Vec<String> {
-    let mut v = Vec::new();
-    let span = format!(
+/// "from turn 2 (A tokens) to turn T (B tokens, Gx)": the stretch every ratio is over.
+fn span(s: &GrowthStats) -> String {
+    format!(
         "from turn 2 ({} tokens) to turn {} ({} tokens, {:.1}x)",
         s.context_first, s.turns, s.context_last, s.context_growth
-    );
+    )
+}
+
+fn violations(s: &GrowthStats, a: &Assertions) -> Vec<String> {
+    let mut v = Vec::new();
+    let span = span(s);
     if let Some(max) = a.max_warm_ratio {
         if s.warm_ratio > max {
             v.push(format!(
                 "warm per-turn wall time grew {:.2}x (least-squares line; raw {:.2}x) {span}; at most {max}x allowed",
                 s.warm_ratio, s.warm_raw_ratio
             ));
+        }
+    }
+    if let Some(max) = a.max_warm_ratio_over_expected {
+        if let Some((false, why)) = over_expected(s, max) {
+            v.push(why);
         }
     }
     if let Some(min) = a.min_cold_ratio {
@@ -155,9 +176,45 @@ fn violations(s: &GrowthStats, a: &Assertions) -> Vec<String> {
     v
 }
 
+/// The warm ratio over the expected one against `max`: whether it holds and the sentence saying so; `None` when
+/// there is no expected ratio (the engine reports no cost).
+fn over_expected(s: &GrowthStats, max: f64) -> Option<(bool, String)> {
+    let (over, expected) = (s.warm_ratio_over_expected?, s.expected_warm_ratio?);
+    let basis = if s.expected_from_reported_reuse {
+        "at the reuse the engine reported; the oracle has no count for it"
+    } else {
+        "at the reuse a correct engine takes"
+    };
+    // written so that a NaN fails
+    let holds = over <= max;
+    let why = format!(
+        "warm per-turn wall time grew {:.2}x (least-squares line) {}: {over:.2} times the {expected:.2}x the model's \
+         cost expects ({basis}); at most {max} times allowed",
+        s.warm_ratio,
+        span(s)
+    );
+    Some((holds, why))
+}
+
+/// The scenario-level `warm-growth` check (`assert.max_warm_ratio_over_expected`, which the statistics carry):
+/// `None` when the scenario does not assert it, skipped with the reason when the engine reports no cost (never
+/// passed).
+pub fn warm_growth_check(s: &GrowthStats) -> Option<CheckResult> {
+    let max = s.max_warm_ratio_over_expected?;
+    Some(match over_expected(s, max) {
+        Some((holds, why)) => CheckResult::from_bool(CheckName::WarmGrowth, holds, why),
+        None => CheckResult::skipped(
+            CheckName::WarmGrowth,
+            "the engine reports no cost, so there is no expected warm ratio to hold the measured one against \
+             (assert.max_warm_ratio_over_expected not judged)",
+        ),
+    })
+}
+
 /// Whether any growth assertion is set.
 pub fn asserted(a: &Assertions) -> bool {
     a.max_warm_ratio.is_some()
+        || a.max_warm_ratio_over_expected.is_some()
         || a.min_cold_ratio.is_some()
         || a.min_speedup_of_ideal.is_some()
         || a.min_reuse_fraction.is_some()
@@ -227,7 +284,7 @@ pub fn turn_checks(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{median, Timing};
+    use crate::record::{median, Status, Timing};
     use kvproof_engines::model_cost::{ModelCost, Reach};
 
     fn turn(turn: usize, context: usize, reused: usize, warm_ms: f64, cold_ms: f64) -> GrowthTurn {
@@ -320,7 +377,7 @@ mod tests {
         flat_curve()
             .into_iter()
             .map(|mut t| {
-                let e = TurnCost::of(&cost, t.context, t.reused, t.emitted);
+                let e = TurnCost::of(&cost, t.context, t.reused, t.expected_reuse, t.emitted);
                 let decode_ms = e.decode_flops / 1e5;
                 t.warm.prefill_ms = e.warm_prefill_flops / 1e5 + warm_overhead_ms;
                 t.warm.wall_ms = t.warm.prefill_ms + decode_ms;
@@ -390,6 +447,117 @@ mod tests {
         assert_eq!(s.violations.len(), 2, "{:?}", s.violations);
         assert!(s.violations[0].contains("warm per-turn wall time grew"), "{}", s.violations[0]);
         assert!(s.violations[1].contains("of prompt tokens reused"), "{}", s.violations[1]);
+    }
+
+    /// `curve_at_cost`, each warm turn `per_ktok_ms` slower per 1000 tokens of context beyond its cost (attention
+    /// running slower per flop than the matmuls does this).
+    fn curve_growing_beyond_cost(per_ktok_ms: f64) -> Vec<GrowthTurn> {
+        let mut v = curve_at_cost(0.0);
+        for t in v.iter_mut() {
+            t.warm.wall_ms += per_ktok_ms * t.context as f64 / 1000.0;
+        }
+        v
+    }
+
+    fn over_expected_bound(max: f64) -> Assertions {
+        Assertions { max_warm_ratio_over_expected: Some(max), ..Assertions::default() }
+    }
+
+    #[test]
+    fn the_warm_ratio_over_the_expected_one_passes_at_its_bound_and_fails_just_above() {
+        let curve = curve_growing_beyond_cost(40.0);
+        let s = analyze(&curve, &Assertions::default()).expect("stats");
+        let (measured, expected) = (s.warm_ratio, s.expected_warm_ratio.expect("a cost"));
+        let over = s.warm_ratio_over_expected.expect("an expected ratio");
+        assert!((over - measured / expected).abs() < 1e-12, "{over} vs {measured} / {expected}");
+        assert!(over > 1.1 && over < 2.0, "{over}");
+        assert!(!s.expected_from_reported_reuse, "the oracle counts every turn");
+
+        let at = analyze(&curve, &over_expected_bound(over)).expect("stats");
+        assert!(at.violations.is_empty(), "{:?}", at.violations);
+        assert_eq!(at.max_warm_ratio_over_expected, Some(over), "the bound travels with the numbers");
+        let check = warm_growth_check(&at).expect("asserted");
+        assert_eq!(check.status, Status::Pass, "{check:?}");
+
+        let below = over - 1e-6;
+        let above = analyze(&curve, &over_expected_bound(below)).expect("stats");
+        assert_eq!(above.violations.len(), 1, "{:?}", above.violations);
+        let v = &above.violations[0];
+        assert!(v.contains(&format!("{over:.2} times the {expected:.2}x the model's cost expects")), "{v}");
+        assert!(v.contains("at the reuse a correct engine takes") && v.contains(&format!("at most {below}")), "{v}");
+        let check = warm_growth_check(&above).expect("asserted");
+        assert_eq!((check.status, check.detail.as_str()), (Status::Fail, v.as_str()));
+
+        // growth the model's cost accounts for is never held against the engine
+        let exact = analyze(&curve_at_cost(0.0), &over_expected_bound(1.01)).expect("stats");
+        assert!(exact.warm_ratio > 1.5, "the model itself grows a warm turn: {}", exact.warm_ratio);
+        assert!(exact.violations.is_empty(), "{:?}", exact.violations);
+        // and not asserted, not checked
+        assert!(warm_growth_check(&s).is_none());
+    }
+
+    #[test]
+    fn without_a_cost_the_warm_ratio_over_the_expected_one_is_skipped_with_the_reason() {
+        let a = over_expected_bound(1.5);
+        // warm turns growing 3x: whatever the bound, nothing says what the model's own growth is
+        let mut curve = flat_curve();
+        for t in curve.iter_mut() {
+            t.warm.wall_ms = t.context as f64;
+        }
+        let s = analyze(&curve, &a).expect("stats");
+        assert_eq!((s.expected_warm_ratio, s.warm_ratio_over_expected), (None, None));
+        assert!(s.violations.is_empty(), "not judged is not failed: {:?}", s.violations);
+        let check = warm_growth_check(&s).expect("asserted");
+        assert_eq!(check.status, Status::Skipped, "never passed: {check:?}");
+        assert!(check.detail.contains("the engine reports no cost"), "{}", check.detail);
+        assert!(check.detail.contains("assert.max_warm_ratio_over_expected not judged"), "{}", check.detail);
+    }
+
+    /// `curve_at_cost`, with the warm instance reusing nothing: every warm turn prefills the whole transcript and
+    /// takes what the cold one takes. `report_reuse`: what the engine says it reused (a lie when true).
+    fn curve_without_reuse(report_reuse: bool, oracle: bool) -> Vec<GrowthTurn> {
+        let cost = full_attention();
+        curve_at_cost(0.0)
+            .into_iter()
+            .map(|mut t| {
+                let expected_reuse = oracle.then_some(t.reused);
+                if !report_reuse {
+                    t.reused = 0;
+                }
+                t.expected_reuse = expected_reuse;
+                t.warm = t.cold;
+                t.expected = Some(TurnCost::of(&cost, t.context, t.reused, expected_reuse, t.emitted));
+                t
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_warm_curve_that_grows_like_the_cold_one_fails_the_bound_over_the_expected_ratio() {
+        let a = over_expected_bound(1.5);
+        for (report_reuse, what) in [(false, "reuse never engages"), (true, "reuse claimed, every token recomputed")] {
+            let s = analyze(&curve_without_reuse(report_reuse, true), &a).expect("stats");
+            let over = s.warm_ratio_over_expected.expect("expected");
+            // the warm curve is the cold one: it grows with the cold ratio, far beyond what reuse leaves
+            assert!((s.warm_raw_ratio - s.cold_ratio).abs() < 1e-9, "{what}");
+            assert!(over > 2.5, "{what}: {over}");
+            assert_eq!(s.violations.len(), 1, "{what}: {:?}", s.violations);
+            assert!(s.violations[0].contains("at most 1.5 times allowed"), "{what}: {}", s.violations[0]);
+            let check = warm_growth_check(&s).expect("asserted");
+            assert_eq!(check.status, Status::Fail, "{what}");
+            // the expected ratio is a correct engine's, whatever this one reported reusing
+            let clean = analyze(&curve_at_cost(0.0), &a).expect("stats");
+            assert_eq!(s.expected_warm_ratio, clean.expected_warm_ratio, "{what}");
+        }
+        // Without the oracle's count the expected cost can only follow the reported reuse: an engine that honestly
+        // reports reusing nothing is then expected to grow as it does (the reuse checks are what catch it), and the
+        // sentence says which reuse the expectation counts.
+        let s = analyze(&curve_without_reuse(false, false), &a).expect("stats");
+        assert!(s.expected_from_reported_reuse);
+        assert!((s.warm_ratio_over_expected.expect("expected") - 1.0).abs() < 0.05, "{s:?}");
+        let s = analyze(&curve_without_reuse(true, false), &a).expect("stats");
+        assert_eq!(s.violations.len(), 1, "{:?}", s.violations);
+        assert!(s.violations[0].contains("at the reuse the engine reported; the oracle has no count"), "{s:?}");
     }
 
     #[test]

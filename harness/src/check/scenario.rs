@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::record::{
-    CheckCounts, CheckName, GapStats, Manifest, ReuseTotals, ScenarioEntry, ScenarioSummary, Status, Summary,
-    TrialRecord, Verdict,
+    CheckCounts, CheckName, CheckResult, GapStats, Manifest, ReuseTotals, ScenarioEntry, ScenarioSummary, Status,
+    Summary, TrialRecord, Verdict,
 };
 use crate::stats;
 
@@ -28,21 +28,22 @@ fn summarize_scenario(entry: &ScenarioEntry, trials: &[&TrialRecord]) -> Scenari
     let mut skip_reasons = BTreeMap::new();
     let mut caught_by = BTreeSet::new();
     let mut reuse = ReuseTotals::default();
-    for t in trials {
-        for c in &t.checks {
-            let counts = checks.entry(c.check).or_default();
-            match c.status {
-                Status::Pass => counts.pass += 1,
-                Status::Fail => {
-                    counts.fail += 1;
-                    caught_by.insert(c.check);
-                }
-                Status::Skipped => {
-                    counts.skipped += 1;
-                    *skip_reasons.entry(format!("{}: {}", c.check, c.detail)).or_insert(0) += 1;
-                }
+    let mut tally = |c: &CheckResult| {
+        let counts = checks.entry(c.check).or_default();
+        match c.status {
+            Status::Pass => counts.pass += 1,
+            Status::Fail => {
+                counts.fail += 1;
+                caught_by.insert(c.check);
+            }
+            Status::Skipped => {
+                counts.skipped += 1;
+                *skip_reasons.entry(format!("{}: {}", c.check, c.detail)).or_insert(0) += 1;
             }
         }
+    };
+    for t in trials {
+        t.checks.iter().for_each(&mut tally);
         reuse.prompt_tokens += t.prompt_tokens;
         if let Some(r) = t.reused {
             reuse.reused += r;
@@ -74,7 +75,15 @@ fn summarize_scenario(entry: &ScenarioEntry, trials: &[&TrialRecord]) -> Scenari
     if conclusive == 0 {
         reasons.push("no conclusive trial".into());
     }
-    reasons.extend(required_checks(&entry.assertions.require, trials));
+    // Checks of the scenario as a whole, counted beside the trials' (skipped ones with their reason).
+    let (growth, growth_reasons) = match entry.kind {
+        crate::scenario::Kind::GrowthCurve => super::growth::assess(trials, &entry.assertions),
+        _ => (None, Vec::new()),
+    };
+    let scenario_checks: Vec<CheckResult> =
+        growth.as_ref().and_then(super::growth::warm_growth_check).into_iter().collect();
+    scenario_checks.iter().for_each(&mut tally);
+    reasons.extend(required_checks(&entry.assertions.require, trials, &scenario_checks));
     let rate = entry.assertions.max_failure_rate;
     if let (Some(limit), Some(b)) = (rate, bound) {
         let ok = b.upper <= limit;
@@ -94,10 +103,6 @@ fn summarize_scenario(entry: &ScenarioEntry, trials: &[&TrialRecord]) -> Scenari
             ));
         }
     }
-    let (growth, growth_reasons) = match entry.kind {
-        crate::scenario::Kind::GrowthCurve => super::growth::assess(trials, &entry.assertions),
-        _ => (None, Vec::new()),
-    };
     reasons.extend(growth_reasons);
     let staleness =
         (entry.kind == crate::scenario::Kind::SemanticStaleness).then(|| super::staleness::stats(trials, confidence));
@@ -179,10 +184,21 @@ fn gap_stats(trials: &[&TrialRecord], near_tie: Option<f32>) -> Option<GapStats>
 }
 
 /// Why the scenario's required checks fail it: one skipped on a trial that was not refused as its case expects,
-/// or one that ran on no trial at all.
-fn required_checks(require: &[CheckName], trials: &[&TrialRecord]) -> Vec<String> {
+/// or one that ran on no trial at all; a check of the scenario as a whole (`scenario_checks`), one it skipped or
+/// could not judge.
+fn required_checks(require: &[CheckName], trials: &[&TrialRecord], scenario_checks: &[CheckResult]) -> Vec<String> {
     let mut reasons = Vec::new();
     for &check in require {
+        if let Some(c) = scenario_checks.iter().find(|c| c.check == check) {
+            if c.status == Status::Skipped {
+                reasons.push(format!("required check `{check}` was skipped: {}", c.detail));
+            }
+            continue;
+        }
+        if check.is_scenario_level() {
+            reasons.push(format!("required check `{check}` was not judged"));
+            continue;
+        }
         let mut ran = 0usize;
         let mut skipped: BTreeMap<&str, usize> = BTreeMap::new();
         for t in trials.iter().filter(|t| t.refused.is_none()) {
@@ -220,12 +236,31 @@ mod tests {
         let ran = trial(vec![CheckResult::pass(CheckName::State, "")], None);
         let skipped = trial(vec![CheckResult::skipped(CheckName::State, "the engine offers no state dumps")], None);
         let refused = trial(vec![CheckResult::skipped(CheckName::State, "request refused")], Some("CANCELLED"));
-        assert!(required_checks(&[CheckName::State], &[&ran, &refused]).is_empty(), "refused turns are excused");
-        let r = required_checks(&[CheckName::State], &[&ran, &skipped]);
+        assert!(required_checks(&[CheckName::State], &[&ran, &refused], &[]).is_empty(), "refused turns are excused");
+        let r = required_checks(&[CheckName::State], &[&ran, &skipped], &[]);
         assert_eq!(r.len(), 1);
         assert!(r[0].contains("`state` was skipped on 1 trial(s) (e.g. the engine offers no state dumps)"), "{r:?}");
-        let r = required_checks(&[CheckName::ReuseFired], &[&ran]);
+        let r = required_checks(&[CheckName::ReuseFired], &[&ran], &[]);
         assert_eq!(r, vec!["required check `reuse-fired` ran on no trial".to_string()]);
-        assert!(required_checks(&[], &[&skipped]).is_empty());
+        assert!(required_checks(&[], &[&skipped], &[]).is_empty());
+    }
+
+    #[test]
+    fn a_required_scenario_level_check_skipped_or_not_judged_fails_the_scenario() {
+        let ran = trial(vec![CheckResult::pass(CheckName::State, "")], None);
+        let warm = CheckName::WarmGrowth;
+        let held = CheckResult::pass(warm, "1.02 times");
+        let failed = CheckResult::fail(warm, "3.9 times");
+        let skipped = CheckResult::skipped(warm, "the engine reports no cost");
+        // judged on the scenario, not on trials: no trial carrying it is not a reason
+        assert!(required_checks(&[warm], &[&ran], &[held]).is_empty());
+        // a failure is the growth assertion's own reason, not a second one here
+        assert!(required_checks(&[warm], &[&ran], &[failed]).is_empty());
+        let r = required_checks(&[warm], &[&ran], std::slice::from_ref(&skipped));
+        assert_eq!(r, vec!["required check `warm-growth` was skipped: the engine reports no cost".to_string()]);
+        let r = required_checks(&[warm], &[&ran], &[]);
+        assert_eq!(r, vec!["required check `warm-growth` was not judged".to_string()]);
+        // skipped but not required: reported as skipped, not a reason
+        assert!(required_checks(&[CheckName::State], &[&ran], &[skipped]).is_empty());
     }
 }

@@ -93,23 +93,36 @@ pub struct TurnCost {
     pub cold_prefill_flops: f64,
     /// The reply's decode steps: positions `context..context + emitted - 1` (the first token comes out of prefill).
     pub decode_flops: f64,
+    /// Prefilling what a correct engine prefills: positions `expected_reuse..context`, the oracle's reuse count.
+    /// Absent when the oracle has no count for the engine. It differs from `warm_prefill_flops` only when the
+    /// engine reused other than it should: an engine whose reuse never engages pays the cold prefill, which this
+    /// does not excuse.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oracle_warm_prefill_flops: Option<f64>,
 }
 
 impl TurnCost {
-    /// The cost of a turn of `context` prompt tokens, `reused` of them reused by the warm instance, `emitted` reply
-    /// tokens.
-    pub fn of(cost: &ModelCost, context: usize, reused: usize, emitted: usize) -> Self {
+    /// The cost of a turn of `context` prompt tokens, `reused` of them reused by the warm instance (`expected_reuse`
+    /// by a correct one, when the oracle knows), `emitted` reply tokens.
+    pub fn of(cost: &ModelCost, context: usize, reused: usize, expected_reuse: Option<usize>, emitted: usize) -> Self {
         let decode_end = context + emitted.saturating_sub(1);
         TurnCost {
             warm_prefill_flops: cost.flops(reused.min(context), context),
             cold_prefill_flops: cost.flops(0, context),
             decode_flops: cost.flops(context, decode_end),
+            oracle_warm_prefill_flops: expected_reuse.map(|r| cost.flops(r.min(context), context)),
         }
     }
 
     /// The warm instance's whole turn: its prefill and the reply's decode.
     pub fn warm_flops(&self) -> f64 {
         self.warm_prefill_flops + self.decode_flops
+    }
+
+    /// A correct engine's warm turn: the prefill at the oracle's reuse count and the reply's decode; `None` when the
+    /// oracle has no count.
+    pub fn oracle_warm_flops(&self) -> Option<f64> {
+        self.oracle_warm_prefill_flops.map(|p| p + self.decode_flops)
     }
 }
 
@@ -150,13 +163,26 @@ pub struct GrowthStats {
     #[serde(default)]
     pub cost_ideal_speedup: Option<f64>,
     /// The last/first ratio of the least-squares line of the expected warm per-turn cost (prefill and decode
-    /// flops) against context: the growth the model itself puts on a warm turn, beside `warm_ratio`.
+    /// flops) against context: the growth the model itself puts on a correct engine's warm turn (prefilling from
+    /// the oracle's reuse count), beside `warm_ratio`.
     #[serde(default)]
     pub expected_warm_ratio: Option<f64>,
     /// The slope of the expected warm per-turn time (the cost scaled so turn 2 takes its measured time), in ms per
     /// 1000 tokens of context, beside `warm_slope_ms_per_ktok`.
     #[serde(default)]
     pub expected_warm_slope_ms_per_ktok: Option<f64>,
+    /// The expected ratio and slope count the reuse the engine reported rather than the oracle's (the oracle has no
+    /// count for this engine): an engine that reuses less than it should is then expected to grow as it does.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expected_from_reported_reuse: bool,
+    /// warm_ratio / expected_warm_ratio: how much more the warm turns grew than the model's cost says they must
+    /// (about one for a correct engine, the cold ratio over the expected one for an engine whose reuse never
+    /// engages). `None`: the engine reports no cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_ratio_over_expected: Option<f64>,
+    /// The scenario's bound on `warm_ratio_over_expected` (`assert.max_warm_ratio_over_expected`), shown beside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_warm_ratio_over_expected: Option<f64>,
     /// Cold prefill time / warm prefill time, summed over the turns.
     pub prefill_speedup: f64,
     /// Cold wall time / warm wall time (prefill and decode), summed over the turns.

@@ -50,6 +50,8 @@ struct CsvRow<'a> {
     expected_warm_prefill_flops: Option<f64>,
     expected_cold_prefill_flops: Option<f64>,
     expected_decode_flops: Option<f64>,
+    /// The warm prefill a correct engine pays (from the oracle's reuse count), which the expected warm ratio counts.
+    expected_oracle_warm_prefill_flops: Option<f64>,
 }
 
 /// Write `growth.csv` (one row per turn of every growth scenario); no file when the run has none.
@@ -86,6 +88,7 @@ pub fn write_csv(dir: &Path, trials: &[TrialRecord]) -> Result<bool, ReportError
             expected_warm_prefill_flops: g.expected.map(|e| e.warm_prefill_flops),
             expected_cold_prefill_flops: g.expected.map(|e| e.cold_prefill_flops),
             expected_decode_flops: g.expected.map(|e| e.decode_flops),
+            expected_oracle_warm_prefill_flops: g.expected.and_then(|e| e.oracle_warm_prefill_flops),
         })
         .collect();
     super::write_csv_rows(dir, GROWTH_CSV, rows)
@@ -94,6 +97,18 @@ pub fn write_csv(dir: &Path, trials: &[TrialRecord]) -> Result<bool, ReportError
 /// `x` with `digits` decimals and `unit`, or "unknown" (the engine reports no cost).
 pub fn or_unknown(x: Option<f64>, digits: usize, unit: &str) -> String {
     x.map_or_else(|| "unknown".to_string(), |v| format!("{v:.digits$}{unit}"))
+}
+
+/// The warm ratio over the expected one, beside its bound (`assert.max_warm_ratio_over_expected`) when the scenario
+/// sets one; "unknown" when the engine reports no cost (the bound is then not judged). `strong` wraps the ratio.
+pub fn over_expected_cell(s: &GrowthStats, strong: (&str, &str)) -> String {
+    let (open, close) = strong;
+    match (s.warm_ratio_over_expected, s.max_warm_ratio_over_expected) {
+        (Some(r), Some(max)) => format!("{open}{r:.2}x{close} (≤ {max}x)"),
+        (Some(r), None) => format!("{r:.2}x"),
+        (None, Some(max)) => format!("unknown (≤ {max}x not judged)"),
+        (None, None) => "unknown".to_string(),
+    }
 }
 
 /// The growth section of summary.md: one row per growth scenario.
@@ -107,19 +122,21 @@ pub fn markdown(rows: &[(&str, &GrowthStats)]) -> String {
          reuse, to the last. The warm ratio is last/first of the least-squares line of wall time against context \
          (raw last/first of the two turns' medians in brackets); the cold ratio is last/first of the medians. \
          *Expected* is what the model's own cost (flops of its weights and of attention over the context the engine \
-         reports) puts on a warm turn: growth up to it is the model's, growth beyond it is the engine's. The prefill \
-         speedup is held against the model-cost ideal (cold / warm prefill flops) when the engine reports its cost, \
-         else against the token ideal (cold / warm prefilled tokens), which overstates what reuse can buy.\n\n\
-         | scenario | context (tokens) | warm ms, ratio | expected warm ratio | cold ms, ratio | \
+         reports) puts on a warm turn of an engine reusing what it should: growth up to it is the model's, growth \
+         beyond it is the engine's; *warm / expected* is the measured ratio over it, with its bound \
+         (`assert.max_warm_ratio_over_expected`). The prefill speedup is held against the model-cost ideal (cold / \
+         warm prefill flops) when the engine reports its cost, else against the token ideal (cold / warm prefilled \
+         tokens), which overstates what reuse can buy.\n\n\
+         | scenario | context (tokens) | warm ms, ratio | expected warm ratio | warm / expected | cold ms, ratio | \
          slope warm / expected / cold (ms per 1k tokens) | reused | prefill speedup | ideal: model cost / tokens | \
          of ideal | assertions |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|\n",
+         |---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (name, s) in rows {
         let verdict = if s.violations.is_empty() { "pass".to_string() } else { "**FAIL**".to_string() };
         let _ = writeln!(
             md,
-            "| {name} | {} → {} ({:.1}x) | {:.0} → {:.0}, **{:.2}x** ({:.2}x) | {} | {:.0} → {:.0}, **{:.2}x** | \
+            "| {name} | {} → {} ({:.1}x) | {:.0} → {:.0}, **{:.2}x** ({:.2}x) | {} | {} | {:.0} → {:.0}, **{:.2}x** | \
              {:.1} / {} / {:.1} | {:.1}% | {:.2}x | {} / {:.2}x | **{:.0}%** | {verdict} |",
             s.context_first,
             s.context_last,
@@ -129,6 +146,7 @@ pub fn markdown(rows: &[(&str, &GrowthStats)]) -> String {
             s.warm_ratio,
             s.warm_raw_ratio,
             or_unknown(s.expected_warm_ratio, 2, "x"),
+            over_expected_cell(s, ("**", "**")),
             s.cold_first_ms,
             s.cold_last_ms,
             s.cold_ratio,

@@ -123,6 +123,7 @@ fn growth_rows(summary: &Summary) -> Vec<Value> {
                 warm_ratio => format!("{:.2}", g.warm_ratio),
                 warm_raw_ratio => format!("{:.2}", g.warm_raw_ratio),
                 expected_warm_ratio => or_unknown(g.expected_warm_ratio, 2, "x"),
+                warm_over_expected => super::growth::over_expected_cell(g, ("", "")),
                 expected_warm_slope => or_unknown(g.expected_warm_slope_ms_per_ktok, 1, ""),
                 cost_ideal_speedup => or_unknown(g.cost_ideal_speedup, 2, "x"),
                 cold_first_ms => format!("{:.0}", g.cold_first_ms),

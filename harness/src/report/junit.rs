@@ -1,4 +1,5 @@
-//! `junit.xml`: one testsuite per scenario, one testcase per trial (and one for the failure-rate bound), so CI
+//! `junit.xml`: one testsuite per scenario, one testcase per trial (and one for the failure-rate bound, one for a
+//! growth curve's assertions, a skipped one for a `warm-growth` bound that could not be judged), so CI
 //! systems list every case and show the failing ones with their checks. Built as a `quick_junit::Report` and
 //! written by its serializer, which escapes text and attributes and drops what XML 1.0 cannot carry; the suite
 //! and document totals are the counts of the cases they hold.
@@ -67,10 +68,11 @@ fn trial_case(scenario: &str, t: &TrialRecord) -> TestCase {
 fn growth_case(scenario: &str, g: &GrowthStats) -> TestCase {
     let ideal = if g.cost_ideal_speedup.is_some() { "model-cost ideal" } else { "token ideal" };
     let name = format!(
-        "growth assertions (warm {:.2}x, expected {}, cold {:.2}x over {:.1}x context, {:.0}% of {ideal} speedup, \
-         {:.1}% reused)",
+        "growth assertions (warm {:.2}x, expected {}, warm/expected {}, cold {:.2}x over {:.1}x context, {:.0}% of \
+         {ideal} speedup, {:.1}% reused)",
         g.warm_ratio,
         super::growth::or_unknown(g.expected_warm_ratio, 2, "x"),
+        super::growth::over_expected_cell(g, ("", "")),
         g.cold_ratio,
         g.context_growth,
         100.0 * g.speedup_of_ideal,
@@ -83,6 +85,17 @@ fn growth_case(scenario: &str, g: &GrowthStats) -> TestCase {
     let mut case = TestCase::new(name, status);
     case.set_classname(scenario);
     case
+}
+
+/// A skipped testcase for the `warm-growth` check when it could not be judged (the engine reports no cost): the
+/// growth testcase passing must not read as that bound holding.
+fn warm_growth_skip(s: &ScenarioSummary) -> Option<TestCase> {
+    let c = crate::check::growth::warm_growth_check(s.growth.as_ref()?)?;
+    (c.status == Status::Skipped).then(|| {
+        let mut case = TestCase::new(c.check.name(), skipped(&c.detail));
+        case.set_classname(s.name.as_str());
+        case
+    })
 }
 
 /// The testcase of a scenario's `max_failure_rate`: the Clopper–Pearson bound against the limit.
@@ -112,6 +125,7 @@ fn suite(s: &ScenarioSummary, trials: &[TrialRecord]) -> TestSuite {
     if let Some(g) = &s.growth {
         suite.add_test_case(growth_case(&s.name, g));
     }
+    suite.add_test_cases(warm_growth_skip(s));
     if let Some(c) = rate_case(s) {
         suite.add_test_case(c);
     }

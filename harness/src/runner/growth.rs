@@ -201,7 +201,9 @@ fn run_plan(
             emitted: w0.tokens.len(),
             warm,
             cold,
-            expected: cost.as_ref().map(|c| TurnCost::of(c, prompt_len, reused, w0.tokens.len())),
+            expected: cost
+                .as_ref()
+                .map(|c| TurnCost::of(c, prompt_len, reused, record.expected_reuse, w0.tokens.len())),
         });
         records.push(record);
     }

@@ -28,6 +28,9 @@ pub enum CheckName {
     Coverage,
     /// The state's bytes follow its capacity, not the turn count (no buffers leaked per turn).
     Memory,
+    /// growth-curve: the warm ratio over the ratio the model's cost expects of a correct engine is within
+    /// `assert.max_warm_ratio_over_expected` (a scenario-level check; skipped when the engine reports no cost).
+    WarmGrowth,
     /// The scenario's failure-rate bound (a scenario-level check).
     Rate,
 }
@@ -35,6 +38,11 @@ pub enum CheckName {
 impl CheckName {
     pub fn name(self) -> &'static str {
         self.into()
+    }
+
+    /// Judged once on the scenario as a whole, never on a trial.
+    pub fn is_scenario_level(self) -> bool {
+        matches!(self, CheckName::WarmGrowth | CheckName::Rate)
     }
 
     /// Failures of these do not depend on sampling: a noisy control cannot excuse them.

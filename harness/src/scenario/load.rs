@@ -377,6 +377,39 @@ mod tests {
     }
 
     #[test]
+    fn a_bound_over_the_expected_warm_ratio_at_or_below_one_is_refused_naming_file_and_field() {
+        for bad in ["1", "1.0", "0.5", "0", "-2"] {
+            let text = format!(
+                "{{\"name\": \"g\", \"engine\": {{\"arch\": \"inkling\"}}, \"kind\": \"growth-curve\",\n\
+                 \"assert\": {{\"max_warm_ratio_over_expected\": {bad}}}}}"
+            );
+            let msg = parse(&text).expect_err(bad).to_string();
+            assert!(msg.starts_with("s.json:2:"), "{bad}: {msg}");
+            assert!(msg.contains("assert.max_warm_ratio_over_expected:"), "{bad}: {msg}");
+        }
+        let ok = r#"{"name": "g", "engine": {"arch": "inkling"}, "kind": "growth-curve",
+                     "assert": {"max_warm_ratio_over_expected": 1.5, "require": ["warm-growth"]}}"#;
+        let s = parse(ok).expect("a bound above 1");
+        assert_eq!(s.assertions.max_warm_ratio_over_expected, Some(1.5));
+        for (text, needle) in [
+            (
+                r#"{"name": "g", "engine": {"arch": "inkling"}, "kind": "stress-pairs",
+                    "assert": {"max_warm_ratio_over_expected": 1.5}}"#,
+                "assert.max_warm_ratio_over_expected: applies to kind growth-curve only",
+            ),
+            (
+                r#"{"name": "g", "engine": {"arch": "inkling"}, "kind": "growth-curve",
+                    "assert": {"require": ["warm-growth"]}}"#,
+                "assert.require: `warm-growth` is judged only on a growth curve with \
+                 assert.max_warm_ratio_over_expected",
+            ),
+        ] {
+            let msg = parse(text).expect_err(needle).to_string();
+            assert!(msg.starts_with("s.json:") && msg.contains(needle), "{msg}");
+        }
+    }
+
+    #[test]
     fn a_value_of_the_wrong_type_says_what_is_expected() {
         let msg = parse(r#"{"name": "s", "engine": {"arch": "inkling"}, "kind": 5}"#).expect_err("kind 5").to_string();
         assert!(msg.starts_with("s.json:1:54: kind:"), "{msg}");

@@ -17,7 +17,8 @@ use super::types::{Assertions, EngineSpec, Kind, Scenario};
 const ID: &str = "https://kvproof.invalid/scenarios/schema.json";
 
 /// The assertions only growth curves may carry (the loader rejects them on any other kind).
-const GROWTH_ASSERTIONS: [&str; 4] = ["max_warm_ratio", "min_cold_ratio", "min_speedup_of_ideal", "min_reuse_fraction"];
+const GROWTH_ASSERTIONS: [&str; 5] =
+    ["max_warm_ratio", "max_warm_ratio_over_expected", "min_cold_ratio", "min_speedup_of_ideal", "min_reuse_fraction"];
 
 /// The name of a model preset, as scenario files write it.
 pub struct PresetName;

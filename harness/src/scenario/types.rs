@@ -121,6 +121,15 @@ pub struct Assertions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("exclusiveMinimum" = 0))]
     pub max_warm_ratio: Option<f64>,
+    /// growth-curve: the warm ratio (as `max_warm_ratio` measures it) over the ratio the model's own cost expects of
+    /// a correct engine is at most this (above 1). The expected ratio counts the flops of the weights and of
+    /// attention over the context at the reuse the oracle expects, so a model whose warm turns legitimately grow
+    /// (full attention over a longer context) is not failed for it, while an engine whose reuse never engages grows
+    /// like the cold ratio and is. Judged by the `warm-growth` check, which is skipped (not passed) when the engine
+    /// reports no cost; `require` it to fail the scenario then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("exclusiveMinimum" = 1))]
+    pub max_warm_ratio_over_expected: Option<f64>,
     /// growth-curve: the cold ratio is at least this (else the curve cannot tell reuse from no reuse).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("exclusiveMinimum" = 0))]
@@ -154,6 +163,7 @@ impl Default for Assertions {
             state: true,
             control: true,
             max_warm_ratio: None,
+            max_warm_ratio_over_expected: None,
             min_cold_ratio: None,
             min_speedup_of_ideal: None,
             min_reuse_fraction: None,
@@ -707,6 +717,7 @@ fn validate(params: &Params, a: &Assertions) -> Result<(), String> {
 fn validate_growth_assertions(params: &Params, a: &Assertions) -> Result<(), String> {
     let set = [
         ("max_warm_ratio", a.max_warm_ratio),
+        ("max_warm_ratio_over_expected", a.max_warm_ratio_over_expected),
         ("min_cold_ratio", a.min_cold_ratio),
         ("min_speedup_of_ideal", a.min_speedup_of_ideal),
         ("min_reuse_fraction", a.min_reuse_fraction),
@@ -722,6 +733,18 @@ fn validate_growth_assertions(params: &Params, a: &Assertions) -> Result<(), Str
         if name == "min_reuse_fraction" && v > 1.0 {
             return Err(format!("assert.{name}: {v} is not in (0, 1]"));
         }
+        if name == "max_warm_ratio_over_expected" && v <= 1.0 {
+            return Err(format!(
+                "assert.{name}: {v} must be above 1 (a correct engine's warm turns grow as the model's cost expects: \
+                 a ratio of 1, before noise)"
+            ));
+        }
+    }
+    if a.require.contains(&super::CheckName::WarmGrowth) && a.max_warm_ratio_over_expected.is_none() {
+        return Err(format!(
+            "assert.require: `{}` is judged only on a growth curve with assert.max_warm_ratio_over_expected",
+            super::CheckName::WarmGrowth
+        ));
     }
     Ok(())
 }
@@ -729,6 +752,20 @@ fn validate_growth_assertions(params: &Params, a: &Assertions) -> Result<(), Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bound_over_the_expected_warm_ratio_must_be_a_number_above_one() {
+        let growth = Params::GrowthCurve(GrowthParams::default());
+        let bound = |v: f64| Assertions { max_warm_ratio_over_expected: Some(v), ..Assertions::default() };
+        for v in [f64::NAN, f64::INFINITY, -1.0, 0.0, 0.5, 1.0] {
+            let e = validate_growth_assertions(&growth, &bound(v)).expect_err("refused");
+            assert!(e.starts_with("assert.max_warm_ratio_over_expected: "), "{v}: {e}");
+        }
+        assert!(validate_growth_assertions(&growth, &bound(1.0001)).is_ok());
+        let stress = Params::StressPairs(StressParams::default());
+        let e = validate_growth_assertions(&stress, &bound(1.5)).expect_err("growth curves only");
+        assert!(e.contains("applies to kind growth-curve only"), "{e}");
+    }
 
     fn engine(json: &str) -> Result<EngineSpec, String> {
         serde_json::from_str::<EngineSpec>(json).map_err(|e| e.to_string())
