@@ -25,7 +25,7 @@ mod file_bytes;
 pub mod fixture;
 pub mod gguf;
 pub mod kernels;
-mod line_aligned;
+pub mod line_aligned;
 pub mod model_cost;
 pub mod moe;
 pub mod prefix;
@@ -43,8 +43,9 @@ pub use engine::{Engine, EngineInfo, Flow, NoObserver, Observer, Reply, Request,
 pub use error::EngineError;
 pub use fault::Fault;
 
-/// Every program that links the engines allocates large blocks line-aligned, so the kernels' 64-byte row loads
-/// never straddle two cache lines (`line_aligned`).
+/// The library's own tests allocate as the binaries do (`line_aligned`: large blocks line-aligned). A library
+/// cannot choose the allocator of the programs that link it; `kvproof-engine` and `kvproof` install it themselves.
+#[cfg(test)]
 #[global_allocator]
 static ALLOCATOR: line_aligned::LineAligned = line_aligned::LineAligned;
 

@@ -1,4 +1,5 @@
-//! The process's allocator: the system's, with every block of at least `MIN_SIZE` bytes aligned to a cache line.
+//! The allocator the programs install (`#[global_allocator]` in `kvproof-engine` and `kvproof`): the system's,
+//! with every block of at least `MIN_SIZE` bytes aligned to a cache line.
 //!
 //! The kernels load rows 16 floats (64 bytes) at a time from the row's first element (the lane split is part of
 //! every kernel's fixed reduction order, so it cannot start elsewhere). The system allocator aligns large blocks

@@ -7,6 +7,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// The bundled engines run in this process too: large blocks line-aligned, as in `kvproof-engine`, so their
+/// kernels' 64-byte row loads never straddle two cache lines.
+#[global_allocator]
+static ALLOCATOR: kvproof_engines::line_aligned::LineAligned = kvproof_engines::line_aligned::LineAligned;
+
 fn main() -> ExitCode {
     // clap exits 2 on its own for usage errors (and 0 for --help / --version).
     let args = cli::Cli::parse();

@@ -14,6 +14,10 @@ use kvproof_engines::fault::Fault;
 use kvproof_engines::serve::{serve, serve_http, HttpOptions, ServeError, ServeOptions};
 use serde_json::{Map, Value};
 
+/// Large blocks line-aligned, so the kernels' 64-byte row loads never straddle two cache lines.
+#[global_allocator]
+static ALLOCATOR: kvproof_engines::line_aligned::LineAligned = kvproof_engines::line_aligned::LineAligned;
+
 /// Serve a bundled engine over stdio, speaking the kvproof serve protocol (see docs/protocol.md).
 ///
 /// Set KVPROOF_PREFIX_LOG=1 to print one `[PREFIX]` line per request on stderr.
