@@ -347,22 +347,32 @@ fn fold_rows(p: &[&[f32]], values: &[&[f32]], out: &mut [f32], chunks: usize) {
                 for (wi, pr) in w.iter_mut().zip(&p[r..r + q]) {
                     *wi = &pr[first..first + block.len()];
                 }
-                match (q, c) {
-                    (1, 8) => fold_n::<1, 8>(&w[..q], block, at, rows),
-                    (2, 8) => fold_n::<2, 8>(&w[..q], block, at, rows),
-                    (1, 4) => fold_n::<1, 4>(&w[..q], block, at, rows),
-                    (2, 4) => fold_n::<2, 4>(&w[..q], block, at, rows),
-                    (4, 4) => fold_n::<4, 4>(&w[..q], block, at, rows),
-                    (1, 2) => fold_n::<1, 2>(&w[..q], block, at, rows),
-                    (2, 2) => fold_n::<2, 2>(&w[..q], block, at, rows),
-                    (4, 2) => fold_n::<4, 2>(&w[..q], block, at, rows),
-                    (8, 2) => fold_n::<8, 2>(&w[..q], block, at, rows),
-                    (1, 1) => fold_n::<1, 1>(&w[..q], block, at, rows),
-                    (2, 1) => fold_n::<2, 1>(&w[..q], block, at, rows),
-                    (4, 1) => fold_n::<4, 1>(&w[..q], block, at, rows),
-                    (8, 1) => fold_n::<8, 1>(&w[..q], block, at, rows),
-                    _ => fold_n::<16, 1>(&w[..q], block, at, rows),
+                let w = &w[..q];
+                // every shape the loop above picks, each compiled with its registers fixed
+                macro_rules! shapes {
+                    ($(($nq:literal, $nc:literal)),*) => {
+                        match (q, c) {
+                            $(($nq, $nc) => fold_n::<$nq, $nc>(w, block, at, rows),)*
+                            _ => unreachable!("fold shape {q} x {c}"),
+                        }
+                    };
                 }
+                shapes!(
+                    (1, 8),
+                    (2, 8),
+                    (1, 4),
+                    (2, 4),
+                    (4, 4),
+                    (1, 2),
+                    (2, 2),
+                    (4, 2),
+                    (8, 2),
+                    (1, 1),
+                    (2, 1),
+                    (4, 1),
+                    (8, 1),
+                    (16, 1)
+                );
                 r += q;
             }
             at += c;

@@ -41,13 +41,8 @@ pub(super) fn fold_portable<const Q: usize, const C: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rng::SplitMix64;
+    use crate::kernels::test_rows::{random, split};
     use proptest::prelude::*;
-
-    fn split(x: &mut [f32], width: usize) -> [&mut [f32]; 4] {
-        let mut it = x.chunks_exact_mut(width);
-        std::array::from_fn(|_| it.next().expect("four rows"))
-    }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(32))]
@@ -56,20 +51,18 @@ mod tests {
         #[test]
         fn simd_folds_match_the_portable_loop(chunks in 1usize..6, keys in 0usize..40, seed in any::<u64>()) {
             let w = chunks * LANES;
-            let mut r = SplitMix64::new(seed);
-            let mut v = |n: usize| -> Vec<f32> { (0..n).map(|_| r.uniform(1.0)).collect() };
-            let values: Vec<Vec<f32>> = (0..keys).map(|_| v(w)).collect();
-            let values: Vec<&[f32]> = values.iter().map(Vec::as_slice).collect();
-            let weights = v(4 * keys);
+            let rows = random(keys * w, seed);
+            let values: Vec<&[f32]> = rows.chunks_exact(w).collect();
+            let weights = random(4 * keys, seed ^ 1);
             let p: [&[f32]; 4] = std::array::from_fn(|i| &weights[i * keys..(i + 1) * keys]);
-            let start = v(4 * w);
-            let (mut simd, mut portable) = (start.clone(), start.clone());
+            let start = random(4 * w, seed ^ 2);
+            let (mut simd, mut portable) = (start.clone(), start);
             fold::<4, 1>(p, &values, 0, split(&mut simd, w));
             fold_portable::<4, 1>(p, &values, 0, split(&mut portable, w));
             prop_assert_eq!(&simd, &portable);
             if chunks >= 2 {
-                fold::<2, 2>([p[0], p[1]], &values, chunks - 2, { let [a, b, ..] = split(&mut simd, w); [a, b] });
-                fold_portable::<2, 2>([p[0], p[1]], &values, chunks - 2, { let [a, b, ..] = split(&mut portable, w); [a, b] });
+                fold::<2, 2>([p[0], p[1]], &values, chunks - 2, split(&mut simd, w));
+                fold_portable::<2, 2>([p[0], p[1]], &values, chunks - 2, split(&mut portable, w));
                 prop_assert_eq!(&simd, &portable);
             }
         }

@@ -44,13 +44,8 @@ pub(super) fn dots_portable<const R: usize, const K: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rng::SplitMix64;
+    use crate::kernels::test_rows::{random, split};
     use proptest::prelude::*;
-
-    fn split(x: &mut [f32], width: usize) -> [&mut [f32]; 4] {
-        let mut it = x.chunks_exact_mut(width);
-        std::array::from_fn(|_| it.next().expect("four rows"))
-    }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(32))]
@@ -59,22 +54,20 @@ mod tests {
         #[test]
         fn simd_tiles_match_the_portable_dots(chunks in 0usize..6, keys in 1usize..3, seed in any::<u64>()) {
             let width = chunks * LANES;
-            let mut r = SplitMix64::new(seed);
-            let mut v = |n: usize| -> Vec<f32> { (0..n).map(|_| r.uniform(1.0)).collect() };
-            let (a, b) = (v(16 * width), v(16 * keys * width));
+            let (a, b) = (random(16 * width, seed), random(16 * keys * width, seed ^ 1));
             let qs: Vec<&[f32]> = (0..16).map(|i| &a[i * width..(i + 1) * width]).collect();
             let ks: Vec<&[f32]> = (0..16 * keys).map(|i| &b[i * width..(i + 1) * width]).collect();
             let n = ks.len();
-            let q4: [&[f32]; 4] = std::array::from_fn(|i| qs[i]);
             let (mut simd, mut portable) = (vec![0.0f32; 4 * n], vec![0.0f32; 4 * n]);
+            let q4: [&[f32]; 4] = std::array::from_fn(|i| qs[i]);
             dots::<4, 4>(q4, &ks, chunks, split(&mut simd, n));
             dots_portable::<4, 4>(q4, &ks, chunks, split(&mut portable, n));
             prop_assert_eq!(&simd, &portable);
-            dots::<2, 8>([qs[0], qs[1]], &ks, chunks, { let [a, b, ..] = split(&mut simd, n); [a, b] });
-            dots_portable::<2, 8>([qs[0], qs[1]], &ks, chunks, { let [a, b, ..] = split(&mut portable, n); [a, b] });
+            dots::<2, 8>([qs[0], qs[1]], &ks, chunks, split(&mut simd, n));
+            dots_portable::<2, 8>([qs[0], qs[1]], &ks, chunks, split(&mut portable, n));
             prop_assert_eq!(&simd, &portable);
-            dots::<1, 16>([qs[3]], &ks, chunks, { let [a, ..] = split(&mut simd, n); [a] });
-            dots_portable::<1, 16>([qs[3]], &ks, chunks, { let [a, ..] = split(&mut portable, n); [a] });
+            dots::<1, 16>([qs[3]], &ks, chunks, split(&mut simd, n));
+            dots_portable::<1, 16>([qs[3]], &ks, chunks, split(&mut portable, n));
             prop_assert_eq!(&simd, &portable);
         }
     }

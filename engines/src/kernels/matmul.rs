@@ -279,13 +279,9 @@ pub fn matmul_with(red: Reduction, x: &[f32], rows: usize, w: &[f32], out_dim: u
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rng::SplitMix64;
+    use crate::kernels::test_rows::random;
     use proptest::prelude::*;
 
-    fn random(n: usize, seed: u64) -> Vec<f32> {
-        let mut r = SplitMix64::new(seed);
-        (0..n).map(|_| r.uniform(1.0)).collect()
-    }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(24))]

@@ -37,3 +37,21 @@ pub enum Reduction {
     Invariant,
     Tiled(usize),
 }
+
+/// What the kernels' tests share: seeded random rows and a buffer split into equal output rows.
+#[cfg(test)]
+pub(crate) mod test_rows {
+    use crate::rng::SplitMix64;
+
+    /// `n` values uniform in [-1, 1) from `seed`.
+    pub fn random(n: usize, seed: u64) -> Vec<f32> {
+        let mut r = SplitMix64::new(seed);
+        (0..n).map(|_| r.uniform(1.0)).collect()
+    }
+
+    /// The first `R` rows of `width` of `x`.
+    pub fn split<const R: usize>(x: &mut [f32], width: usize) -> [&mut [f32]; R] {
+        let mut it = x.chunks_exact_mut(width);
+        std::array::from_fn(|_| it.next().expect("enough rows"))
+    }
+}

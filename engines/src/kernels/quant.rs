@@ -388,13 +388,9 @@ mod tests {
     use super::*;
     use crate::kernels::dot;
     use crate::kernels::qdot::dot_reference;
-    use crate::rng::SplitMix64;
+    use crate::kernels::test_rows::random;
     use proptest::prelude::*;
 
-    fn random(n: usize, seed: u64) -> Vec<f32> {
-        let mut r = SplitMix64::new(seed);
-        (0..n).map(|_| r.uniform(1.0)).collect()
-    }
 
     fn bits(v: &[f32]) -> Vec<u32> {
         v.iter().map(|f| f.to_bits()).collect()
