@@ -81,3 +81,43 @@ pub fn attend_rows<'a>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::attend;
+    use crate::rng::SplitMix64;
+
+    /// Every (row, head) output of `attend_rows` is bitwise `attend` of that query alone over its row's range and
+    /// its kv head's rows: across row blocks (more rows than one task takes), every head of a group, sliding
+    /// windows, and a segment small enough to stay on the calling thread.
+    #[test]
+    fn every_query_gets_what_it_gets_alone() {
+        let mut r = SplitMix64::new(7);
+        for (rows, heads, group, hd, window, pos0) in
+            [(40, 4, 2, 32, usize::MAX, 5), (3, 6, 3, 16, usize::MAX, 0), (37, 8, 8, 24, 9, 11), (1, 2, 1, 64, 4, 30)]
+        {
+            let shape = Heads { width: hd, heads, group, scale: 0.3 };
+            let (qd, kvd) = (heads * hd, heads / group * hd);
+            let positions = pos0 + rows;
+            let mut v = |n: usize| -> Vec<f32> { (0..n).map(|_| r.uniform(1.0)).collect() };
+            let (q, k, vals) = (v(rows * qd), v(positions * kvd), v(positions * kvd));
+            let visible = |i: usize| (pos0 + i + 1).saturating_sub(window)..pos0 + i + 1;
+            let kv = |g: usize, p: usize| (&k[p * kvd + g * hd..][..hd], &vals[p * kvd + g * hd..][..hd]);
+            let mut att = vec![f32::NAN; rows * qd];
+            attend_rows(&q, shape, visible, kv, &mut att);
+            for i in 0..rows {
+                for h in 0..heads {
+                    let mut want = vec![0.0; hd];
+                    let qh = &q[i * qd + h * hd..][..hd];
+                    attend(qh, visible(i).map(|p| kv(h / group, p)), 0.3, &mut Vec::new(), &mut want);
+                    let got = &att[i * qd + h * hd..][..hd];
+                    assert!(
+                        got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{rows} rows x {heads} heads (group {group}): row {i} head {h}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -282,7 +282,6 @@ mod tests {
     use crate::kernels::test_rows::random;
     use proptest::prelude::*;
 
-
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(24))]
         /// A row's output is bitwise the same alone, inside a batch of any size, and at any place in it.

@@ -391,7 +391,6 @@ mod tests {
     use crate::kernels::test_rows::random;
     use proptest::prelude::*;
 
-
     fn bits(v: &[f32]) -> Vec<u32> {
         v.iter().map(|f| f.to_bits()).collect()
     }
