@@ -15,7 +15,7 @@ use crate::chat::{render, Message, Role};
 use crate::config::Preset;
 use crate::engine::{Engine, NoObserver, Request};
 use crate::error::Result;
-use crate::kernels::{attend_many, matmul, work, Work};
+use crate::kernels::{attend_many, matmul, qmatmul, work, QMatrix, QType, Work};
 
 pub use limits::Limits;
 
@@ -68,6 +68,13 @@ fn time_matmul(x: &[f32], rows: usize, w: &[f32], out: usize, inp: usize, reps: 
     best_of(reps, || matmul(x, rows, w, out, inp, &mut y))
 }
 
+/// Seconds per call of `qmatmul` over `rows` rows of `x` against `w`, best of `reps` calls.
+fn time_qmatmul(x: &[f32], rows: usize, w: &QMatrix, reps: usize) -> f64 {
+    let mut y = vec![0.0; rows * w.out_dim];
+    qmatmul(x, rows, w, &mut y);
+    best_of(reps, || qmatmul(x, rows, w, &mut y))
+}
+
 /// Seconds of a causal prefill's attention for one head of `width` (query `t` over keys `0..=t`), in blocks of
 /// rows attending together as the models run it (`kernels::attend_many`), blocks in parallel; best of `reps`.
 fn time_attention(positions: usize, width: usize, reps: usize) -> f64 {
@@ -83,6 +90,21 @@ fn time_attention(positions: usize, width: usize, reps: usize) -> f64 {
             attend_many(&queries, &ranges, row, 0.125, o);
         });
     })
+}
+
+/// A Q4_1 matrix of `out x inp` laid out directly (quantizing its f32 source would take 6x the memory): every
+/// block scale 1/64, minimum -1/8, nibbles varying along the row.
+fn q4_1_filled(out: usize, inp: usize) -> QMatrix {
+    let row_bytes = QType::Q4_1.row_bytes(inp);
+    let mut bytes = vec![0u8; out * row_bytes];
+    bytes.par_chunks_mut(20).enumerate().for_each(|(i, b)| {
+        b[..2].copy_from_slice(&0x2400u16.to_le_bytes()); // 2^-6
+        b[2..4].copy_from_slice(&0xb000u16.to_le_bytes()); // -2^-3
+        for (j, q) in b[4..].iter_mut().enumerate() {
+            *q = ((i * 7 + j * 13) % 251) as u8;
+        }
+    });
+    QMatrix::new(QType::Q4_1, out, inp, crate::kernels::QBytes::Owned(bytes.into())).expect("whole blocks")
 }
 
 fn filled(n: usize, m: usize) -> Vec<f32> {
@@ -105,6 +127,14 @@ pub fn kernels(before: Limits) -> (String, Limits) {
     let w = filled(big_out * big_in, 97);
     let big_gbs = (4 * big_in * big_out) as f64 / time_matmul(&filled(big_in, 89), 1, &w, big_out, big_in, 3) / 1e9;
     drop(w);
+    // the quantized kernel (Q4_1 weights against 8-bit activations, as the GGUF model runs it) at the same shapes
+    let w = QMatrix::quantize(QType::Q4_1, &filled(inp * outp, 97), outp, inp);
+    let q_gflops = 2.0 * (rows * inp * outp) as f64 / time_qmatmul(&filled(rows * inp, 89), rows, &w, 8) / 1e9;
+    let big_out_q = limits::stream_bytes(before.llc_bytes, None) / QType::Q4_1.row_bytes(big_in);
+    let wq = q4_1_filled(big_out_q, big_in);
+    let q_bytes = (QType::Q4_1.row_bytes(big_in) * big_out_q) as f64;
+    let q_gbs = q_bytes / time_qmatmul(&filled(big_in, 89), 1, &wq, 3) / 1e9;
+    drop((w, wq));
     // one head of the bench preset's attention (64 wide) over a 2048-position causal prefill
     let (positions, width) = (2048, 64);
     let att_flops = 4.0 * width as f64 * (positions * (positions + 1) / 2) as f64;
@@ -116,6 +146,17 @@ pub fn kernels(before: Limits) -> (String, Limits) {
         out,
         "matmul {rows:>4} x {inp} x {outp}: {gflops:7.1} GFLOP/s = {:5.1}% of peak",
         pct(gflops, l.peak_gflops)
+    );
+    let _ = writeln!(
+        out,
+        "qmatmul Q4_1 {rows:>3} x {inp} x {outp}: {q_gflops:7.1} GFLOP/s = {:5.1}% of peak",
+        pct(q_gflops, l.peak_gflops)
+    );
+    let _ = writeln!(
+        out,
+        "qmatvec Q4_1 1 x {big_in} x {big_out_q}: {q_gbs:7.1} GB/s = {:5.1}% of DRAM read ({} MiB of weights)",
+        pct(q_gbs, l.bandwidth_gbs),
+        (q_bytes as u64) >> 20
     );
     let _ = writeln!(
         out,

@@ -16,6 +16,8 @@ mod matmul;
 mod matmul_avx512;
 mod norm;
 mod qdot;
+#[cfg(target_arch = "x86_64")]
+mod qdot_avx512;
 mod quant;
 mod rope;
 mod work;
@@ -25,7 +27,7 @@ pub use attention::{attend, attend_many, push_dots, weighted_sum, Scores};
 pub use exp::exp;
 pub use matmul::{dot, matmul, matmul_with};
 pub use norm::rms_norm;
-pub use quant::{dequantize_row, f16_to_f32, qmatmul, QBytes, QMatrix, QType, QK};
+pub use quant::{dequantize_row, f16_to_f32, qmatmul, qmatmul_each, QBytes, QMatrix, QType, QK};
 pub use rope::Rope;
 pub use work::{work, Work};
 

@@ -11,18 +11,23 @@
 //! So `y[r, o]` is the same bits alone, in any batch, in decode and on any path that computes it (the kernels
 //! below only share a weight block's decoding between several activation rows).
 
+use rayon::prelude::*;
+
 use super::quant::{f16_to_f32, QType, QK};
 
 /// Integer lanes per block (each sums 4 products).
-const LANES: usize = 8;
+pub(super) const LANES: usize = 8;
 
 /// Activation rows quantized to 8-bit blocks: `q` (`rows x in_dim`), and per block its scale `d` and `s = d · Σq`.
 #[derive(Debug, Clone, Default)]
 pub struct QActs {
-    in_dim: usize,
-    q: Vec<i8>,
-    d: Vec<f32>,
-    s: Vec<f32>,
+    pub(super) rows: usize,
+    pub(super) in_dim: usize,
+    pub(super) q: Vec<i8>,
+    pub(super) d: Vec<f32>,
+    pub(super) s: Vec<f32>,
+    /// `s` block-major (`blocks x rows`): a tile's rows' sums of one block in one load (`qdot_avx512`).
+    pub(super) s_by_block: Vec<f32>,
 }
 
 /// One quantized activation row.
@@ -39,11 +44,33 @@ impl QActs {
         assert_eq!(x.len(), rows * in_dim, "QActs: x is not rows x in");
         assert!(in_dim.is_multiple_of(QK), "QActs: rows of {in_dim} are not whole blocks");
         let blocks = x.len() / QK;
-        let mut a = QActs { in_dim, q: vec![0; x.len()], d: vec![0.0; blocks], s: vec![0.0; blocks] };
-        let (xc, _) = x.as_chunks::<QK>();
-        let (qc, _) = a.q.as_chunks_mut::<QK>();
-        for (((xb, qb), d), s) in xc.iter().zip(qc).zip(&mut a.d).zip(&mut a.s) {
-            (*d, *s) = quantize_block(xb, qb);
+        let mut a = QActs {
+            rows,
+            in_dim,
+            q: vec![0; x.len()],
+            d: vec![0.0; blocks],
+            s: vec![0.0; blocks],
+            s_by_block: vec![0.0; blocks],
+        };
+        // every block alone, so a prefill's rows split across threads (the blocks' values do not depend on it)
+        const BLOCKS_PER_TASK: usize = 256;
+        let (n, b) = (BLOCKS_PER_TASK * QK, BLOCKS_PER_TASK);
+        if blocks > BLOCKS_PER_TASK {
+            let (xs, qs) = (x.par_chunks(n), a.q.par_chunks_mut(n));
+            xs.zip(qs)
+                .zip(a.d.par_chunks_mut(b))
+                .zip(a.s.par_chunks_mut(b))
+                .for_each(|(((x, q), d), s)| quantize_blocks(x, q, d, s));
+        } else {
+            let (xs, qs) = (x.chunks(n), a.q.chunks_mut(n));
+            xs.zip(qs)
+                .zip(a.d.chunks_mut(b))
+                .zip(a.s.chunks_mut(b))
+                .for_each(|(((x, q), d), s)| quantize_blocks(x, q, d, s));
+        }
+        let per_row = in_dim / QK;
+        for (i, &s) in a.s.iter().enumerate() {
+            a.s_by_block[(i % per_row) * rows + i / per_row] = s;
         }
         a
     }
@@ -56,6 +83,15 @@ impl QActs {
             d: &self.d[r * nb..(r + 1) * nb],
             s: &self.s[r * nb..(r + 1) * nb],
         }
+    }
+}
+
+/// Consecutive blocks of `x` into `q`, their scales `d` and sums `s`.
+fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
+    let (xc, _) = x.as_chunks::<QK>();
+    let (qc, _) = q.as_chunks_mut::<QK>();
+    for (((xb, qb), d), s) in xc.iter().zip(qc).zip(d).zip(s) {
+        (*d, *s) = quantize_block(xb, qb);
     }
 }
 
@@ -89,7 +125,7 @@ fn lane_sums(w: &[i8; QK], x: &[i8]) -> [i32; LANES] {
 
 /// `dot`'s fixed horizontal sum of the lanes.
 #[inline(always)]
-fn hsum(acc: &[f32; LANES]) -> f32 {
+pub(super) fn hsum(acc: &[f32; LANES]) -> f32 {
     ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
 }
 

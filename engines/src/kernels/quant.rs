@@ -291,81 +291,174 @@ const GROUP: usize = 32;
 /// output rows. Q4_1 and Q8_0 weights meet `x` quantized to 8-bit blocks (`qdot`: llama.cpp's integer dot, in a
 /// fixed order); F32 weights take the f32 kernel, `dot(x[r, :], w[o, :])`.
 pub fn qmatmul(x: &[f32], rows: usize, w: &QMatrix, y: &mut [f32]) {
-    let (out_dim, in_dim) = (w.out_dim, w.in_dim);
-    assert_eq!(x.len(), rows * in_dim, "qmatmul: x is not rows x in");
-    assert_eq!(y.len(), rows * out_dim, "qmatmul: y is not rows x out");
-    super::work::count(2 * rows * out_dim * in_dim, w.weights.len_bytes());
-    if let Weights::F32(wf) = &w.weights {
-        return f32_matmul(x, rows, wf, out_dim, in_dim, y);
+    qmatmul_each(x, rows, &mut [(w, y)]);
+}
+
+/// `qmatmul` of one input against several matrices (a layer's q, k and v; its gate and up): the input is
+/// quantized once and every matrix's groups of rows share one parallel pass, so a decode step waits on one
+/// hand-off instead of one per matrix. Each `y` is bitwise what `qmatmul` alone gives.
+pub fn qmatmul_each(x: &[f32], rows: usize, outs: &mut [(&QMatrix, &mut [f32])]) {
+    for (w, y) in outs.iter() {
+        assert_eq!(x.len(), rows * w.in_dim, "qmatmul: x is not rows x in");
+        assert_eq!(y.len(), rows * w.out_dim, "qmatmul: y is not rows x out");
+        super::work::count(2 * rows * w.out_dim * w.in_dim, w.weights.len_bytes());
     }
-    let xq = QActs::quantize(x, rows, in_dim);
-    let (ty, rb) = (w.ty, w.row_bytes());
-    let bytes = w.blocks();
-    let quads = rows / 4 * 4;
-    // one group's results, row-major (`rows x n`): 4 activation rows x 2 weight rows at a time, then the rows
-    // left over (all of decode) one at a time against 4 weight rows — each element the same bits either way
-    let group = |o0: usize, part: &mut [f32]| {
-        let n = part.len() / rows;
-        let wrow = |o: usize| &bytes[(o0 + o) * rb..(o0 + o + 1) * rb];
-        for r in (0..quads).step_by(4) {
-            let xs: [_; 4] = std::array::from_fn(|i| xq.row(r + i));
-            let mut put = |o: usize, col: [f32; 4]| {
-                for (i, v) in col.into_iter().enumerate() {
-                    part[(r + i) * n + o] = v;
-                }
-            };
-            let mut o = 0;
-            while o + 2 <= n {
-                let [a, b] = dot_tile(ty, [wrow(o), wrow(o + 1)], xs);
-                put(o, a);
-                put(o + 1, b);
-                o += 2;
-            }
-            if o < n {
-                put(o, dot_tile(ty, [wrow(o)], xs)[0]);
+    if outs.iter().any(|(w, _)| matches!(w.weights, Weights::F32(_))) {
+        for (w, y) in outs.iter_mut() {
+            match &w.weights {
+                Weights::F32(wf) => f32_matmul(x, rows, wf, w.out_dim, w.in_dim, y),
+                Weights::Blocks(_) => blocks_matmul(x, rows, &mut [(*w, &mut **y)]),
             }
         }
-        for r in quads..rows {
-            let xr = [xq.row(r)];
-            let pr = &mut part[r * n..(r + 1) * n];
-            let mut o = 0;
-            while o + 4 <= n {
-                let t = dot_tile(ty, [wrow(o), wrow(o + 1), wrow(o + 2), wrow(o + 3)], xr);
-                pr[o..o + 4].copy_from_slice(&t.map(|c| c[0]));
-                o += 4;
-            }
-            for (o, v) in pr.iter_mut().enumerate().skip(o) {
-                *v = dot_tile(ty, [wrow(o)], xr)[0][0];
-            }
-        }
-    };
-    if rows == 1 {
-        // decode: each group writes its own slice of the one output row
-        y.par_chunks_mut(GROUP).enumerate().for_each(|(g, yg)| group(g * GROUP, yg));
         return;
     }
-    let parts: Vec<Vec<f32>> = (0..out_dim.div_ceil(GROUP))
-        .into_par_iter()
-        .map(|g| {
-            let mut part = vec![0.0f32; rows * GROUP.min(out_dim - g * GROUP)];
-            group(g * GROUP, &mut part);
+    blocks_matmul(x, rows, outs);
+}
+
+/// `qmatmul_each` for matrices in blocks (Q4_1, Q8_0) of one input width.
+fn blocks_matmul(x: &[f32], rows: usize, outs: &mut [(&QMatrix, &mut [f32])]) {
+    let Some(in_dim) = outs.first().map(|(w, _)| w.in_dim) else { return };
+    let xq = QActs::quantize(x, rows, in_dim);
+    if rows == 1 {
+        // decode: each group writes its own slice of its matrix's one output row
+        let tasks: Vec<(&QMatrix, usize, &mut [f32])> = outs
+            .iter_mut()
+            .flat_map(|(w, y)| {
+                let w: &QMatrix = w;
+                y.chunks_mut(GROUP).enumerate().map(move |(g, yg)| (w, g * GROUP, yg))
+            })
+            .collect();
+        tasks.into_par_iter().for_each(|(w, o0, yg)| group(w, &xq, o0, yg));
+        return;
+    }
+    let ws: Vec<&QMatrix> = outs.iter().map(|(w, _)| *w).collect();
+    let tasks: Vec<(usize, usize)> =
+        ws.iter().enumerate().flat_map(|(m, w)| (0..w.out_dim.div_ceil(GROUP)).map(move |g| (m, g * GROUP))).collect();
+    let mut parts: Vec<Vec<f32>> = tasks
+        .par_iter()
+        .map(|&(m, o0)| {
+            let mut part = vec![0.0f32; rows * GROUP.min(ws[m].out_dim - o0)];
+            group(ws[m], &xq, o0, &mut part);
             part
         })
         .collect();
-    scatter(&parts, rows, out_dim, y);
+    for (w, y) in outs.iter_mut() {
+        let rest = parts.split_off(w.out_dim.div_ceil(GROUP));
+        scatter(&parts, rows, w.out_dim, y);
+        parts = rest;
+    }
 }
 
-/// Each group's `rows x n` results into its columns of `y`.
-fn scatter(parts: &[Vec<f32>], rows: usize, out_dim: usize, y: &mut [f32]) {
-    for (g, part) in parts.iter().enumerate() {
-        let (o0, n) = (g * GROUP, part.len() / rows);
-        for (yr, pr) in y.chunks_exact_mut(out_dim).zip(part.chunks_exact(n)) {
-            yr[o0..o0 + n].copy_from_slice(pr);
+/// Weight rows `o0..o0 + n` of `w` against every row of `xq` into `part` (`rows x n`, row-major). On the VNNI
+/// kernel see `vnni_group`; else 4 activation rows x 2 weight rows at a time, then the rows left over (all of
+/// decode) one at a time against 4 weight rows — each element the same bits either way.
+fn group(w: &QMatrix, xq: &QActs, o0: usize, part: &mut [f32]) {
+    let (ty, rb, rows) = (w.ty, w.row_bytes(), xq.rows);
+    let bytes = &w.blocks()[o0 * rb..];
+    #[cfg(target_arch = "x86_64")]
+    if super::qdot_avx512::available() {
+        return vnni_group(ty, bytes, rb, xq, part);
+    }
+    let n = part.len() / rows;
+    let quads = rows / 4 * 4;
+    let wrow = |o: usize| &bytes[o * rb..(o + 1) * rb];
+    for r in (0..quads).step_by(4) {
+        let xs: [_; 4] = std::array::from_fn(|i| xq.row(r + i));
+        let mut put = |o: usize, col: [f32; 4]| {
+            for (i, v) in col.into_iter().enumerate() {
+                part[(r + i) * n + o] = v;
+            }
+        };
+        let mut o = 0;
+        while o + 2 <= n {
+            let [a, b] = dot_tile(ty, [wrow(o), wrow(o + 1)], xs);
+            put(o, a);
+            put(o + 1, b);
+            o += 2;
+        }
+        if o < n {
+            put(o, dot_tile(ty, [wrow(o)], xs)[0]);
+        }
+    }
+    for r in quads..rows {
+        let xr = [xq.row(r)];
+        let pr = &mut part[r * n..(r + 1) * n];
+        let mut o = 0;
+        while o + 4 <= n {
+            let t = dot_tile(ty, [wrow(o), wrow(o + 1), wrow(o + 2), wrow(o + 3)], xr);
+            pr[o..o + 4].copy_from_slice(&t.map(|c| c[0]));
+            o += 4;
+        }
+        for (o, v) in pr.iter_mut().enumerate().skip(o) {
+            *v = dot_tile(ty, [wrow(o)], xr)[0][0];
         }
     }
 }
 
-/// F32 weights: `y[r, o] = dot(x[r, :], w[o, :])`, a group of rows decoded at a time into the invariant kernel.
+/// One group's results (`part`, `rows x n`, from weight rows `bytes[0..n * rb]`) on the VNNI kernel: 8 activation
+/// rows at a time (then 4, then 1) against 4 weight rows at a time (then 2, then 1) — every element the same bits
+/// in any tile.
+#[cfg(target_arch = "x86_64")]
+fn vnni_group(ty: QType, bytes: &[u8], rb: usize, xq: &QActs, part: &mut [f32]) {
+    let rows = xq.rows;
+    let mut r = 0;
+    while r < rows {
+        r += match rows - r {
+            8.. => vnni_rows::<8>(ty, bytes, rb, xq, r, part),
+            4.. => vnni_rows::<4>(ty, bytes, rb, xq, r, part),
+            _ => vnni_rows::<1>(ty, bytes, rb, xq, r, part),
+        };
+    }
+}
+
+/// Activation rows `r..r + R` of one group on the VNNI kernel; returns `R`.
+#[cfg(target_arch = "x86_64")]
+fn vnni_rows<const R: usize>(ty: QType, bytes: &[u8], rb: usize, xq: &QActs, r: usize, part: &mut [f32]) -> usize {
+    use super::qdot_avx512::tile;
+    let n = part.len() / xq.rows;
+    let wrow = |o: usize| &bytes[o * rb..(o + 1) * rb];
+    let mut put = |o: usize, cols: &[[f32; R]]| {
+        for (c, col) in cols.iter().enumerate() {
+            for (i, &v) in col.iter().enumerate() {
+                part[(r + i) * n + o + c] = v;
+            }
+        }
+    };
+    let mut out = [[0.0f32; R]; 4];
+    let mut o = 0;
+    // SAFETY (each call): the CPU has the kernel's features (`available`, checked by `qmatmul`), the weights are
+    // Q4_1 or Q8_0 rows of `xq`'s length (`QMatrix::new` checked the bytes), rows `r..r + R` exist
+    #[allow(unsafe_code)]
+    unsafe {
+        while o + 4 <= n {
+            tile::<2, R>(ty, &[wrow(o), wrow(o + 1), wrow(o + 2), wrow(o + 3)], xq, r, &mut out);
+            put(o, &out);
+            o += 4;
+        }
+        if o + 2 <= n {
+            tile::<1, R>(ty, &[wrow(o), wrow(o + 1)], xq, r, &mut out[..2]);
+            put(o, &out[..2]);
+            o += 2;
+        }
+        if o < n {
+            // a row alone shares its register with itself
+            tile::<1, R>(ty, &[wrow(o), wrow(o)], xq, r, &mut out[..2]);
+            put(o, &out[..1]);
+        }
+    }
+    R
+}
+
+/// Each group's `rows x n` results into its columns of `y`, rows in parallel.
+fn scatter(parts: &[Vec<f32>], rows: usize, out_dim: usize, y: &mut [f32]) {
+    y.par_chunks_mut(out_dim).with_min_len(16).enumerate().for_each(|(r, yr)| {
+        for (g, part) in parts.iter().enumerate() {
+            let (o0, n) = (g * GROUP, part.len() / rows);
+            yr[o0..o0 + n].copy_from_slice(&part[r * n..(r + 1) * n]);
+        }
+    });
+}
+
 /// F32 weights: the invariant f32 kernel on `GROUP` weight rows per task, read in place.
 fn f32_matmul(x: &[f32], rows: usize, w: &[f32], out_dim: usize, in_dim: usize, y: &mut [f32]) {
     let group = |g: usize| {

@@ -11,7 +11,7 @@ use super::state::State;
 use crate::arch::gqa_attend::attend_rows;
 use crate::arch::gqa_dims::Dims;
 use crate::engine_loop::Segment;
-use crate::kernels::{qmatmul, rms_norm, silu};
+use crate::kernels::{qmatmul, qmatmul_each, rms_norm, silu};
 
 /// Rotary embedding with adjacent pairs: `(x[2i], x[2i+1])` of each head rotated by `pos · base^(-2i/rope_dim)`
 /// for `2i < rope_dim` (the "normal" rope of GGUF llama files, whose q/k rows are stored in that pair order).
@@ -86,9 +86,7 @@ impl Model {
         for (layer, kv) in self.layers.iter().zip(&mut st.kv) {
             xn.copy_from_slice(&x);
             rms_norm(&mut xn, &layer.attn_norm, c.norm_eps);
-            qmatmul(&xn, s, &layer.wq, &mut q);
-            qmatmul(&xn, s, &layer.wk, &mut k);
-            qmatmul(&xn, s, &layer.wv, &mut v);
+            qmatmul_each(&xn, s, &mut [(&layer.wq, &mut q), (&layer.wk, &mut k), (&layer.wv, &mut v)]);
             for i in 0..s {
                 PairRope::rotate(&mut q[i * qd..(i + 1) * qd], hd, &angles[i]);
                 PairRope::rotate(&mut k[i * kvd..(i + 1) * kvd], hd, &angles[i]);
@@ -105,8 +103,7 @@ impl Model {
 
             xn.copy_from_slice(&x);
             rms_norm(&mut xn, &layer.ffn_norm, c.norm_eps);
-            qmatmul(&xn, s, &layer.gate, &mut gate);
-            qmatmul(&xn, s, &layer.up, &mut up);
+            qmatmul_each(&xn, s, &mut [(&layer.gate, &mut gate), (&layer.up, &mut up)]);
             gate.iter_mut().zip(&up).for_each(|(g, u)| *g = silu(*g) * u);
             qmatmul(&gate, s, &layer.down, &mut o);
             x.iter_mut().zip(&o).for_each(|(a, d)| *a += d);
