@@ -4,6 +4,7 @@
 //! row-invariant), so the FFN is batch-invariant.
 
 use crate::kernels::{matmul_with, silu, softmax_in_place, Reduction};
+use rayon::prelude::*;
 
 /// One SiLU-gated FFN: down(silu(gate(x)) * up(x)).
 #[derive(Debug, Clone)]
@@ -55,24 +56,35 @@ impl Moe {
             softmax_in_place(&mut w);
             picks.push(order[..self.top_k].iter().copied().zip(w).collect());
         }
-        // gather rows per expert, run each expert once over its rows
+        // gather rows per expert, run each expert once over its rows; the experts (and the shared ones) side by
+        // side: a short segment gives each expert a few rows, too little work to split one expert's matmuls
+        let members: Vec<Vec<(usize, usize)>> = (0..e)
+            .map(|ei| {
+                let rank_of = |p: &Vec<(usize, f32)>| p.iter().position(|&(i, _)| i == ei);
+                picks.iter().enumerate().filter_map(|(r, p)| rank_of(p).map(|rank| (r, rank))).collect()
+            })
+            .collect();
+        let run_routed = || -> Vec<Option<Vec<f32>>> {
+            self.experts
+                .par_iter()
+                .zip(&members)
+                .map(|(expert, members)| {
+                    let xs: Vec<f32> =
+                        members.iter().flat_map(|&(r, _)| x[r * h..(r + 1) * h].iter().copied()).collect();
+                    (!members.is_empty()).then(|| expert.forward(red, &xs, members.len(), h, self.ffn))
+                })
+                .collect()
+        };
+        let run_shared =
+            || -> Vec<Vec<f32>> { self.shared.par_iter().map(|s| s.forward(red, x, rows, h, self.ffn)).collect() };
+        let (routed_out, shared) = rayon::join(run_routed, run_shared);
         let mut routed: Vec<Vec<f32>> = vec![Vec::new(); rows * self.top_k];
-        for (ei, expert) in self.experts.iter().enumerate() {
-            let members: Vec<(usize, usize)> = picks
-                .iter()
-                .enumerate()
-                .filter_map(|(r, p)| p.iter().position(|&(i, _)| i == ei).map(|rank| (r, rank)))
-                .collect();
-            if members.is_empty() {
-                continue;
-            }
-            let xs: Vec<f32> = members.iter().flat_map(|&(r, _)| x[r * h..(r + 1) * h].iter().copied()).collect();
-            let ys = expert.forward(red, &xs, members.len(), h, self.ffn);
+        for (members, ys) in members.iter().zip(&routed_out) {
+            let Some(ys) = ys else { continue };
             for (j, &(r, rank)) in members.iter().enumerate() {
                 routed[r * self.top_k + rank] = ys[j * h..(j + 1) * h].to_vec();
             }
         }
-        let shared: Vec<Vec<f32>> = self.shared.iter().map(|s| s.forward(red, x, rows, h, self.ffn)).collect();
         // combine in a fixed order: routed by rank, then shared experts
         let mut out = vec![0.0; rows * h];
         for r in 0..rows {
@@ -89,5 +101,53 @@ impl Moe {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::test_rows::random;
+
+    fn expert(h: usize, f: usize, seed: u64) -> Expert {
+        Expert { gate: random(f * h, seed), up: random(f * h, seed + 1), down: random(h * f, seed + 2) }
+    }
+
+    /// Each row's output is its own top-k experts, each run on that row alone, weighted in rank order, plus the
+    /// shared expert: bitwise, in a batch whose rows spread over every expert (so the experts run side by side).
+    #[test]
+    fn each_row_gets_its_own_experts_in_rank_order() {
+        let (h, f, rows) = (32, 48, 23);
+        let moe = Moe {
+            hidden: h,
+            ffn: f,
+            top_k: 2,
+            router: random(6 * h, 1),
+            experts: (0..6).map(|e| expert(h, f, 10 * e + 2)).collect(),
+            shared: vec![expert(h, f, 99)],
+        };
+        let x = random(rows * h, 7);
+        let y = moe.forward(Reduction::Invariant, &x, rows);
+        let mut used = vec![false; moe.experts.len()];
+        for r in 0..rows {
+            let xr = &x[r * h..(r + 1) * h];
+            let mut logits = vec![0.0; moe.experts.len()];
+            matmul_with(Reduction::Invariant, xr, 1, &moe.router, moe.experts.len(), h, &mut logits);
+            let mut order: Vec<usize> = (0..moe.experts.len()).collect();
+            order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+            let mut w: Vec<f32> = order[..2].iter().map(|&i| logits[i]).collect();
+            softmax_in_place(&mut w);
+            let mut want = vec![0.0f32; h];
+            for (&e, &wt) in order[..2].iter().zip(&w) {
+                used[e] = true;
+                let ye = moe.experts[e].forward(Reduction::Invariant, xr, 1, h, f);
+                want.iter_mut().zip(&ye).for_each(|(a, b)| *a += wt * b);
+            }
+            let ys = moe.shared[0].forward(Reduction::Invariant, xr, 1, h, f);
+            want.iter_mut().zip(&ys).for_each(|(a, b)| *a += b);
+            let got: Vec<u32> = y[r * h..(r + 1) * h].iter().map(|v| v.to_bits()).collect();
+            assert_eq!(got, want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "row {r}");
+        }
+        assert!(used.iter().filter(|&&u| u).count() >= 4, "the rows reach most experts: {used:?}");
     }
 }
