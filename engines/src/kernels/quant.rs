@@ -533,6 +533,39 @@ mod tests {
         }
     }
 
+    /// One input against several matrices (different heights, every storage type) gives each output bitwise
+    /// what `qmatmul` gives it alone, in prefill and in decode.
+    #[test]
+    fn qmatmul_each_is_qmatmul_per_matrix() {
+        let in_dim = 3 * QK;
+        let ws: Vec<QMatrix> = [(QType::Q4_1, 70), (QType::Q8_0, 33), (QType::Q4_1, 5), (QType::F32, 9)]
+            .iter()
+            .enumerate()
+            .map(|(i, &(ty, out))| QMatrix::quantize(ty, &random(out * in_dim, 40 + i as u64), out, in_dim))
+            .collect();
+        for rows in [1, 13] {
+            let x = random(rows * in_dim, 3);
+            let mut ys: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0; rows * w.out_dim]).collect();
+            let mut outs: Vec<(&QMatrix, &mut [f32])> =
+                ws.iter().zip(ys.iter_mut()).map(|(w, y)| (w, &mut y[..])).collect();
+            qmatmul_each(&x, rows, &mut outs);
+            for (w, y) in ws.iter().zip(&ys) {
+                let mut alone = vec![0.0; rows * w.out_dim];
+                qmatmul(&x, rows, w, &mut alone);
+                assert_eq!(bits(y), bits(&alone), "{:?} {} x {}, {rows} rows", w.ty, w.out_dim, in_dim);
+            }
+            // the quantized ones alone, in one parallel pass
+            let mut ys2: Vec<Vec<f32>> = ws[..3].iter().map(|w| vec![0.0; rows * w.out_dim]).collect();
+            let mut outs: Vec<(&QMatrix, &mut [f32])> =
+                ws.iter().zip(ys2.iter_mut()).map(|(w, y)| (w, &mut y[..])).collect();
+            qmatmul_each(&x, rows, &mut outs);
+            assert_eq!(
+                ys2.iter().map(|y| bits(y)).collect::<Vec<_>>(),
+                ys[..3].iter().map(|y| bits(y)).collect::<Vec<_>>()
+            );
+        }
+    }
+
     /// The integer path stays close to the f32 dot against the dequantized weights (8-bit activations: about
     /// 0.4% of each block's largest value per element).
     #[test]
