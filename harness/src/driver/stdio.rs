@@ -5,7 +5,7 @@
 //! its stderr.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -169,7 +169,10 @@ impl StdioLauncher {
             return Err(start_error(&command, "cold \"reset\" needs RESET, and the engine's CAPS lack reset=1"));
         }
         let caps = caps_from(&engine_caps, &info).map_err(|e| start_error(&command, e))?;
-        let dump_dir = std::env::temp_dir().join(format!("kvproof-dumps-{}", std::process::id()));
+        // a folder per launcher: one launcher dropped (its scenario done) removes its own folder, never the one
+        // a launcher running beside it (`--jobs`) has an engine writing into
+        let launcher = LAUNCHERS.fetch_add(1, Ordering::Relaxed);
+        let dump_dir = std::env::temp_dir().join(format!("kvproof-dumps-{}-{launcher}", std::process::id()));
         let label = match cold {
             Cold::Process => format!("`{}` (stdio)", command.join(" ")),
             Cold::Reset => format!("`{}` (stdio, {})", command.join(" "), Cold::RESET_NOTE),
@@ -368,6 +371,8 @@ fn client_error(e: ClientError, timeout: Duration) -> DriverError {
 }
 
 static DUMPS: AtomicU64 = AtomicU64::new(0);
+/// Launchers made so far in this process (each names its own dump folder).
+static LAUNCHERS: AtomicUsize = AtomicUsize::new(0);
 
 impl StdioDriver {
     /// A finished request as the harness sees it.
