@@ -1,13 +1,16 @@
 //! A segment's GQA attention: every query head of every row over the keys its row sees, the rows in blocks and
 //! the query heads of one kv head together, so each task walks its kv head's key and value rows once for all its
-//! queries (`kernels::attend_many`). Each query's output is bitwise what it gets attending alone.
+//! queries (`kernels::Scores`). Each query's output is bitwise what it gets attending alone.
+//!
+//! The keys may come in parts (DeepSeek's compressed rows, then its raw window): a query's keys are its indices of
+//! the first part, then of the next, one softmax over all of them.
 
 use std::ops::Range;
 
 use rayon::prelude::*;
 
 use super::gqa_dims::Dims;
-use crate::kernels::attend_many;
+use crate::kernels::{softmax_parts, Scores};
 
 /// Queries attending together in one task (rows of a block times the query heads of a kv head): enough that a key
 /// row read from memory serves many queries, few enough that their scores (queries x context) stay in L2.
@@ -38,6 +41,33 @@ impl From<&Dims> for Heads {
     }
 }
 
+/// One sequence of key and value rows a segment's queries attend over.
+pub trait KeyPart<'a>: Sync {
+    /// The ascending indices row `i` of the segment attends over.
+    fn visible(&self, row: usize) -> Range<usize>;
+    /// The key and value rows of kv head `g` at index `p`.
+    fn kv(&self, g: usize, p: usize) -> (&'a [f32], &'a [f32]);
+}
+
+/// A `KeyPart` from two closures: `visible(i)` and `kv(g, p)`.
+pub struct Keys<V, K> {
+    pub visible: V,
+    pub kv: K,
+}
+
+impl<'a, V, K> KeyPart<'a> for Keys<V, K>
+where
+    V: Fn(usize) -> Range<usize> + Sync,
+    K: Fn(usize, usize) -> (&'a [f32], &'a [f32]) + Sync,
+{
+    fn visible(&self, row: usize) -> Range<usize> {
+        (self.visible)(row)
+    }
+    fn kv(&self, g: usize, p: usize) -> (&'a [f32], &'a [f32]) {
+        (self.kv)(g, p)
+    }
+}
+
 /// `att[i, head] = attend(q[i, head], keys of row i)` for every row `i` of the segment and every query head.
 ///
 /// `q` and `att` are `[rows, heads · width]`; `visible(i)` is the ascending range of positions row `i` attends
@@ -49,6 +79,12 @@ pub fn attend_rows<'a>(
     kv: impl Fn(usize, usize) -> (&'a [f32], &'a [f32]) + Sync,
     att: &mut [f32],
 ) {
+    attend_rows_in_parts(q, shape, &[&Keys { visible, kv }], att);
+}
+
+/// `attend_rows` over keys in parts: row `i`'s query heads attend over `parts[0]`'s indices visible to it, then
+/// `parts[1]`'s, and so on, as one key sequence in that order.
+pub fn attend_rows_in_parts<'a>(q: &[f32], shape: Heads, parts: &[&dyn KeyPart<'a>], att: &mut [f32]) {
     let Heads { width: hd, heads, group, scale } = shape;
     let qd = heads * hd;
     let rows = q.len() / qd.max(1);
@@ -61,13 +97,24 @@ pub fn attend_rows<'a>(
         // queries in (row, head of the group) order
         let queries: Vec<&[f32]> =
             rows.clone().flat_map(|i| (0..group).map(move |j| &q[i * qd + (g * group + j) * hd..][..hd])).collect();
-        let ranges: Vec<Range<usize>> = rows.flat_map(|i| std::iter::repeat_n(visible(i), group)).collect();
+        let mut scores: Vec<Scores> = parts
+            .iter()
+            .map(|part| {
+                let ranges: Vec<Range<usize>> =
+                    rows.clone().flat_map(|i| std::iter::repeat_n(part.visible(i), group)).collect();
+                Scores::dots(&queries, &ranges, |p| part.kv(g, p).0)
+            })
+            .collect();
+        softmax_parts(&mut scores, scale);
         let mut out = vec![0.0; queries.len() * hd];
-        attend_many(&queries, &ranges, |p| kv(g, p), scale, &mut out);
+        for (part, sc) in parts.iter().zip(&scores) {
+            sc.add_weighted(|p| part.kv(g, p).1, &mut out);
+        }
         out
     };
     // a decode step over a short window is a few microseconds of work: below that, waking threads costs more
-    let work: usize = (0..rows).map(|i| visible(i).len()).sum::<usize>() * heads * hd;
+    let work: usize =
+        parts.iter().flat_map(|part| (0..rows).map(|i| part.visible(i).len())).sum::<usize>() * heads * hd;
     let outs: Vec<Vec<f32>> = if work < PARALLEL_MIN_WORK {
         (0..blocks * kv_heads).map(task).collect()
     } else {
@@ -115,6 +162,51 @@ mod tests {
                     assert!(
                         got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
                         "{rows} rows x {heads} heads (group {group}): row {i} head {h}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// `attend_rows_in_parts` over two key sequences (rows of a compressed sequence, one per 4 positions, then a
+    /// raw window) is bitwise `attend` of each query alone over its keys of the first part followed by those of the
+    /// second: across row blocks, rows that see no compressed row yet, widths with and without a tail past the last
+    /// whole chunk, and a segment small enough to stay on the calling thread.
+    #[test]
+    fn parts_are_one_key_sequence() {
+        let mut r = SplitMix64::new(11);
+        for (rows, heads, group, hd, window, pos0) in
+            [(45, 8, 2, 32, 64, 500), (6, 4, 2, 24, 3, 0), (33, 6, 3, 16, 200, 40), (1, 2, 1, 40, 8, 90)]
+        {
+            let shape = Heads { width: hd, heads, group, scale: 0.25 };
+            let (qd, kvd) = (heads * hd, heads / group * hd);
+            let positions = pos0 + rows;
+            let mut v = |n: usize| -> Vec<f32> { (0..n).map(|_| r.uniform(1.0)).collect() };
+            let (q, comp, k, vals) = (v(rows * qd), v(positions / 4 * kvd), v(positions * kvd), v(positions * kvd));
+            let compressed = Keys {
+                visible: |i: usize| 0..(pos0 + i + 1) / 4,
+                kv: |g: usize, b: usize| {
+                    let c = &comp[b * kvd + g * hd..][..hd];
+                    (c, c)
+                },
+            };
+            let raw = Keys {
+                visible: |i: usize| (pos0 + i + 1).saturating_sub(window)..pos0 + i + 1,
+                kv: |g: usize, p: usize| (&k[p * kvd + g * hd..][..hd], &vals[p * kvd + g * hd..][..hd]),
+            };
+            let mut att = vec![f32::NAN; rows * qd];
+            attend_rows_in_parts(&q, shape, &[&compressed, &raw], &mut att);
+            for i in 0..rows {
+                for h in 0..heads {
+                    let g = h / group;
+                    let keys =
+                        compressed.visible(i).map(|b| compressed.kv(g, b)).chain(raw.visible(i).map(|p| raw.kv(g, p)));
+                    let mut want = vec![0.0; hd];
+                    attend(&q[i * qd + h * hd..][..hd], keys, 0.25, &mut Vec::new(), &mut want);
+                    let got = &att[i * qd + h * hd..][..hd];
+                    assert!(
+                        got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{rows} rows x {heads} heads (group {group}, width {hd}): row {i} head {h}"
                     );
                 }
             }

@@ -128,6 +128,13 @@ impl Scores {
     /// with one fused multiply-add per value (`out` is queries x width); the shared indices fold several queries
     /// per loaded value row.
     pub fn weighted<'a>(&self, value: impl Fn(usize) -> &'a [f32], out: &mut [f32]) {
+        out.fill(0.0);
+        self.add_weighted(value, out);
+    }
+
+    /// `weighted`, continuing the sums already in `out` instead of starting them at 0.0: the values of a later
+    /// part of a key sequence that `softmax_parts` weighed together with the earlier ones.
+    pub fn add_weighted<'a>(&self, value: impl Fn(usize) -> &'a [f32], out: &mut [f32]) {
         let queries = self.ranges.len();
         if queries == 0 {
             return;
@@ -142,7 +149,6 @@ impl Scores {
         let n = self.n;
         let weights = |r: usize, part: Range<usize>| &self.s[r * n..(r + 1) * n][part];
         // each query's sums in index order: its own leading indices, the shared ones, its own trailing ones
-        out.fill(0.0);
         let chunks = width / LANES;
         for r in 0..queries {
             let part = self.own(r).start..start.min(self.own(r).end);
@@ -168,6 +174,34 @@ impl Scores {
             }
         }
     }
+}
+
+/// Each query's scores over several parts of one key order (its indices in `parts[0]`, then in `parts[1]`, ...)
+/// times `scale`, through one `softmax_in_place`: the weights of attention whose keys come from more than one
+/// sequence (compressed rows, then raw ones). With one part it is `Scores::softmax`. The parts hold the same
+/// queries.
+pub fn softmax_parts(parts: &mut [Scores], scale: f32) {
+    let [only] = parts else {
+        let queries = parts.first().map_or(0, |p| p.ranges.len());
+        assert!(parts.iter().all(|p| p.ranges.len() == queries), "attention parts: different numbers of queries");
+        let mut joint = Vec::new();
+        for r in 0..queries {
+            joint.clear();
+            for part in parts.iter_mut() {
+                joint.extend_from_slice(part.row_mut(r));
+            }
+            joint.iter_mut().for_each(|x| *x *= scale);
+            softmax_in_place(&mut joint);
+            let mut at = 0;
+            for part in parts.iter_mut() {
+                let row = part.row_mut(r);
+                row.copy_from_slice(&joint[at..at + row.len()]);
+                at += row.len();
+            }
+        }
+        return;
+    };
+    only.softmax(scale);
 }
 
 impl Drop for Scores {

@@ -23,7 +23,7 @@ mod rope;
 mod work;
 
 pub use activation::{silu, softmax_in_place};
-pub use attention::{attend, attend_many, push_dots, weighted_sum, Scores};
+pub use attention::{attend, attend_many, push_dots, softmax_parts, weighted_sum, Scores};
 pub use exp::exp;
 pub use matmul::{dot, matmul, matmul_with};
 pub use norm::rms_norm;

@@ -10,14 +10,13 @@
 //! layer's experts from disk, so that is where it notices a cancel). An aborted segment leaves the lower layers
 //! holding its positions and the upper ones not: a state that matches neither the old ids nor the new ones.
 
-use rayon::prelude::*;
-
 use super::model::Model;
 use super::state::State;
+use crate::arch::gqa_attend::{attend_rows_in_parts, Keys};
 use crate::arch::gqa_dims::Dims;
 use crate::arch::moe_sublayer::add_moe_sublayer;
 use crate::engine_loop::Segment;
-use crate::kernels::{attend, matmul, rms_norm, Reduction};
+use crate::kernels::{matmul, rms_norm, Reduction};
 
 /// The batch was abandoned between two layers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,7 +31,7 @@ impl Model {
     pub fn forward(&self, st: &mut State, b: &Segment, abort: &mut dyn FnMut() -> bool) -> Result<Vec<f32>, Aborted> {
         let c = &self.config;
         let d = Dims::of(c);
-        let Dims { h, hd, qd, kvd, group, scale } = d;
+        let Dims { h, hd, qd, kvd, .. } = d;
         let s = b.ids.len();
         let pos0 = b.pos0;
         let mut x = self.stack.embed_rows(b.ids, h);
@@ -62,33 +61,29 @@ impl Model {
             let mut att = vec![0.0; s * qd];
             {
                 let (ring_k, ring_v, comp_state) = (&ls.k, &ls.v, &ls.comp);
-                let (k, v, q) = (&k, &v, &q);
+                let (k, v) = (&k, &v);
                 let window = ring_k.window();
-                att.par_chunks_mut(qd).enumerate().for_each(|(i, out)| {
-                    let t = pos0 + i;
-                    let lo = (t + 1).saturating_sub(window);
-                    let blocks = comp_state.visible(t);
-                    let mut scores = Vec::with_capacity(blocks + t + 1 - lo);
-                    for head in 0..c.heads {
-                        let g = head / group;
-                        let compressed = (0..blocks).map(move |bi| {
-                            // a compressed row is both key and value (V4's shared kv)
-                            let r = &comp_state.rows.row(bi)[g * hd..(g + 1) * hd];
-                            (r, r)
-                        });
-                        let raw = (lo..=t).map(move |p| {
-                            let (kr, vr) = if p >= pos0 {
-                                let j = p - pos0;
-                                (&k[j * kvd..(j + 1) * kvd], &v[j * kvd..(j + 1) * kvd])
-                            } else {
-                                (ring_k.get(p), ring_v.get(p))
-                            };
-                            (&kr[g * hd..(g + 1) * hd], &vr[g * hd..(g + 1) * hd])
-                        });
-                        let qh = &q[i * qd + head * hd..i * qd + (head + 1) * hd];
-                        attend(qh, compressed.chain(raw), scale, &mut scores, &mut out[head * hd..(head + 1) * hd]);
-                    }
-                });
+                let compressed = Keys {
+                    visible: |i: usize| 0..comp_state.visible(pos0 + i),
+                    // a compressed row is both key and value (V4's shared kv)
+                    kv: |g: usize, bi: usize| {
+                        let r = &comp_state.rows.row(bi)[g * hd..(g + 1) * hd];
+                        (r, r)
+                    },
+                };
+                let raw = Keys {
+                    visible: |i: usize| (pos0 + i + 1).saturating_sub(window)..pos0 + i + 1,
+                    kv: |g: usize, p: usize| {
+                        let (kr, vr) = if p >= pos0 {
+                            let j = p - pos0;
+                            (&k[j * kvd..(j + 1) * kvd], &v[j * kvd..(j + 1) * kvd])
+                        } else {
+                            (ring_k.get(p), ring_v.get(p))
+                        };
+                        (&kr[g * hd..(g + 1) * hd], &vr[g * hd..(g + 1) * hd])
+                    },
+                };
+                attend_rows_in_parts(&q, (&d).into(), &[&compressed, &raw], &mut att);
             }
             let mut o = vec![0.0; s * h];
             matmul(&att, s, &layer.attn.proj.gqa.wo, h, qd, &mut o);
