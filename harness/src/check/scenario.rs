@@ -80,29 +80,13 @@ fn summarize_scenario(entry: &ScenarioEntry, trials: &[&TrialRecord]) -> Scenari
         crate::scenario::Kind::GrowthCurve => super::growth::assess(trials, &entry.assertions),
         _ => (None, Vec::new()),
     };
+    let rate = entry.assertions.max_failure_rate;
+    let rate_check = rate_check(rate, bound.as_ref(), confidence);
     let scenario_checks: Vec<CheckResult> =
-        growth.as_ref().and_then(super::growth::warm_growth_check).into_iter().collect();
+        growth.as_ref().and_then(super::growth::warm_growth_check).into_iter().chain(rate_check.clone()).collect();
     scenario_checks.iter().for_each(&mut tally);
     reasons.extend(required_checks(&entry.assertions.require, trials, &scenario_checks));
-    let rate = entry.assertions.max_failure_rate;
-    if let (Some(limit), Some(b)) = (rate, bound) {
-        let ok = b.upper <= limit;
-        let counts = checks.entry(CheckName::Rate).or_default();
-        if ok {
-            counts.pass += 1;
-        } else {
-            counts.fail += 1;
-            caught_by.insert(CheckName::Rate);
-            reasons.push(format!(
-                "failure rate bound {} > limit {} ({}/{} failed, {:.0}% one-sided)",
-                stats::percent(b.upper),
-                stats::percent(limit),
-                b.failures,
-                b.trials,
-                confidence * 100.0
-            ));
-        }
-    }
+    reasons.extend(rate_check.filter(|c| c.status == Status::Fail).map(|c| c.detail));
     reasons.extend(growth_reasons);
     let staleness =
         (entry.kind == crate::scenario::Kind::SemanticStaleness).then(|| super::staleness::stats(trials, confidence));
@@ -181,6 +165,23 @@ fn gap_stats(trials: &[&TrialRecord], near_tie: Option<f32>) -> Option<GapStats>
     };
     let near_ties = at_divergence.iter().filter(|&&g| threshold.is_some_and(|t| g < t)).count();
     Some(GapStats { at_divergence, threshold, threshold_source, near_ties })
+}
+
+/// The scenario's failure-rate bound held against `assert.max_failure_rate`; none without a limit or without a
+/// conclusive trial to bound (that is a reason of its own).
+fn rate_check(limit: Option<f64>, bound: Option<&stats::Bound>, confidence: f64) -> Option<CheckResult> {
+    let (limit, b) = (limit?, bound?);
+    let holds = b.upper <= limit;
+    let detail = format!(
+        "failure rate bound {} {} limit {} ({}/{} failed, {:.0}% one-sided)",
+        stats::percent(b.upper),
+        if holds { "<=" } else { ">" },
+        stats::percent(limit),
+        b.failures,
+        b.trials,
+        confidence * 100.0
+    );
+    Some(CheckResult::from_bool(CheckName::Rate, holds, detail))
 }
 
 /// Why the scenario's required checks fail it: one skipped on a trial that was not refused as its case expects,

@@ -403,6 +403,11 @@ mod tests {
                 "assert.require: `warm-growth` is judged only on a growth curve with \
                  assert.max_warm_ratio_over_expected",
             ),
+            (
+                r#"{"name": "g", "engine": {"arch": "inkling"}, "kind": "stress-pairs",
+                    "assert": {"require": ["rate"]}}"#,
+                "assert.require: `rate` is judged only on a scenario with assert.max_failure_rate",
+            ),
         ] {
             let msg = parse(text).expect_err(needle).to_string();
             assert!(msg.starts_with("s.json:") && msg.contains(needle), "{msg}");

@@ -746,6 +746,12 @@ fn validate_growth_assertions(params: &Params, a: &Assertions) -> Result<(), Str
             super::CheckName::WarmGrowth
         ));
     }
+    if a.require.contains(&super::CheckName::Rate) && a.max_failure_rate.is_none() {
+        return Err(format!(
+            "assert.require: `{}` is judged only on a scenario with assert.max_failure_rate",
+            super::CheckName::Rate
+        ));
+    }
     Ok(())
 }
 
