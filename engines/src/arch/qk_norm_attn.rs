@@ -36,8 +36,9 @@ impl QkNormProj {
         rms_norm(q, &self.q_norm, eps);
         rms_norm(k, &self.k_norm, eps);
         for (i, (qr, kr)) in q.chunks_exact_mut(d.qd).zip(k.chunks_exact_mut(d.kvd)).enumerate() {
-            rope.apply(qr, pos0 + i);
-            rope.apply(kr, pos0 + i);
+            let angles = rope.angles(pos0 + i);
+            rope.rotate(qr, &angles);
+            rope.rotate(kr, &angles);
         }
     }
 }

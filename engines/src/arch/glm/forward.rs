@@ -37,12 +37,13 @@ impl Model {
             matmul(&xn, s, &layer.attn.wkv_a, lora + rope, h, &mut ckv);
             for i in 0..s {
                 let t = pos0 + i;
+                let angles = self.rope.angles(t);
                 for head in q[i * qrow..(i + 1) * qrow].chunks_exact_mut(hd + rope) {
-                    self.rope.apply(&mut head[hd..], t);
+                    self.rope.rotate(&mut head[hd..], &angles);
                 }
                 let row = &mut ckv[i * (lora + rope)..(i + 1) * (lora + rope)];
                 rms_norm(&mut row[..lora], &layer.attn.kv_norm, c.norm_eps);
-                self.rope.apply(&mut row[lora..], t);
+                self.rope.rotate(&mut row[lora..], &angles);
                 let meta = b.row(i);
                 cache.latent.put(t, &row[..lora], meta);
                 cache.rope.put(t, &row[lora..], meta);

@@ -76,8 +76,9 @@ impl Model {
         rms_norm(&mut xn, norm, c.norm_eps);
         let (mut q, mut k, v) = a.project(red, &xn, s, d);
         for i in 0..s {
-            self.rope.apply(&mut q[i * qd..(i + 1) * qd], pos0 + i);
-            self.rope.apply(&mut k[i * kvd..(i + 1) * kvd], pos0 + i);
+            let angles = self.rope.angles(pos0 + i);
+            self.rope.rotate(&mut q[i * qd..(i + 1) * qd], &angles);
+            self.rope.rotate(&mut k[i * kvd..(i + 1) * kvd], &angles);
         }
         let mut att = vec![0.0; s * qd];
         {
