@@ -49,6 +49,17 @@ pub trait KeyPart<'a>: Sync {
     fn kv(&self, g: usize, p: usize) -> (&'a [f32], &'a [f32]);
 }
 
+/// A reference to a part is that part: so a caller can pass parts of different types as `&dyn KeyPart`, while
+/// `attend_rows` passes its one part by type and gets its closures inlined (a call per key index otherwise).
+impl<'a, T: KeyPart<'a> + ?Sized> KeyPart<'a> for &T {
+    fn visible(&self, row: usize) -> Range<usize> {
+        (**self).visible(row)
+    }
+    fn kv(&self, g: usize, p: usize) -> (&'a [f32], &'a [f32]) {
+        (**self).kv(g, p)
+    }
+}
+
 /// A `KeyPart` from two closures: `visible(i)` and `kv(g, p)`.
 pub struct Keys<V, K> {
     pub visible: V,
@@ -79,12 +90,12 @@ pub fn attend_rows<'a>(
     kv: impl Fn(usize, usize) -> (&'a [f32], &'a [f32]) + Sync,
     att: &mut [f32],
 ) {
-    attend_rows_in_parts(q, shape, &[&Keys { visible, kv }], att);
+    attend_rows_in_parts(q, shape, &[Keys { visible, kv }], att);
 }
 
 /// `attend_rows` over keys in parts: row `i`'s query heads attend over `parts[0]`'s indices visible to it, then
 /// `parts[1]`'s, and so on, as one key sequence in that order.
-pub fn attend_rows_in_parts<'a>(q: &[f32], shape: Heads, parts: &[&dyn KeyPart<'a>], att: &mut [f32]) {
+pub fn attend_rows_in_parts<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: &[P], att: &mut [f32]) {
     let Heads { width: hd, heads, group, scale } = shape;
     let qd = heads * hd;
     let rows = q.len() / qd.max(1);
@@ -195,7 +206,8 @@ mod tests {
                 kv: |g: usize, p: usize| (&k[p * kvd + g * hd..][..hd], &vals[p * kvd + g * hd..][..hd]),
             };
             let mut att = vec![f32::NAN; rows * qd];
-            attend_rows_in_parts(&q, shape, &[&compressed, &raw], &mut att);
+            let parts: [&dyn KeyPart; 2] = [&compressed, &raw];
+            attend_rows_in_parts(&q, shape, &parts, &mut att);
             for i in 0..rows {
                 for h in 0..heads {
                     let g = h / group;

@@ -12,7 +12,7 @@
 
 use super::model::Model;
 use super::state::State;
-use crate::arch::gqa_attend::{attend_rows_in_parts, Keys};
+use crate::arch::gqa_attend::{attend_rows_in_parts, KeyPart, Keys};
 use crate::arch::gqa_dims::Dims;
 use crate::arch::moe_sublayer::add_moe_sublayer;
 use crate::engine_loop::Segment;
@@ -83,7 +83,8 @@ impl Model {
                         (&kr[g * hd..(g + 1) * hd], &vr[g * hd..(g + 1) * hd])
                     },
                 };
-                attend_rows_in_parts(&q, (&d).into(), &[&compressed, &raw], &mut att);
+                let parts: [&dyn KeyPart; 2] = [&compressed, &raw];
+                attend_rows_in_parts(&q, (&d).into(), &parts, &mut att);
             }
             let mut o = vec![0.0; s * h];
             matmul(&att, s, &layer.attn.proj.gqa.wo, h, qd, &mut o);
