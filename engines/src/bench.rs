@@ -187,22 +187,26 @@ pub struct Phase {
 }
 
 /// Whole-model prefill against the compute peak (the kernels' counted FLOPs per token x tokens/s) and decode
-/// against the bandwidth (the weight bytes read per token x tokens/s), one line; says when a decode step's weights
-/// fit in the last-level cache (then the bandwidth they meet is the cache's, above DRAM's).
+/// against the bandwidth (the weight bytes and the cached key and value bytes read per token x tokens/s), one
+/// line; says when a decode step's bytes fit in the last-level cache (then the bandwidth they meet is the
+/// cache's, above DRAM's).
 pub fn model_fractions(l: &Limits, prefill: Phase, decode: Phase) -> String {
     let gflops = prefill.work.flops as f64 / prefill.seconds.max(1e-9) / 1e9;
-    let gbs = decode.work.weight_bytes as f64 / decode.seconds.max(1e-9) / 1e9;
-    let per_token = decode.work.weight_bytes / decode.tokens.max(1) as u64;
+    let bytes = decode.work.weight_bytes + decode.work.cache_bytes;
+    let gbs = bytes as f64 / decode.seconds.max(1e-9) / 1e9;
+    let per_token = |b: u64| b / decode.tokens.max(1) as u64;
     let cache = match l.llc_bytes {
-        Some(llc) if per_token <= llc => ", which fit in the last-level cache",
+        Some(llc) if per_token(bytes) <= llc => ", which fit in the last-level cache",
         _ => "",
     };
+    let mib = |b: u64| per_token(b) as f64 / (1 << 20) as f64;
     format!(
-        "prefill {:.2} GFLOP/token, {gflops:.1} GFLOP/s = {:.1}% of peak; decode {:.1} MiB of weights/token{cache}, \
-         {gbs:.1} GB/s = {:.1}% of DRAM read",
+        "prefill {:.2} GFLOP/token, {gflops:.1} GFLOP/s = {:.1}% of peak; decode {:.1} MiB of weights + {:.1} MiB \
+         of cached k/v rows per token{cache}, {gbs:.1} GB/s = {:.1}% of DRAM read",
         prefill.work.flops as f64 / prefill.tokens.max(1) as f64 / 1e9,
         pct(gflops, l.peak_gflops),
-        per_token as f64 / (1 << 20) as f64,
+        mib(decode.work.weight_bytes),
+        mib(decode.work.cache_bytes),
         pct(gbs, l.bandwidth_gbs)
     )
 }

@@ -78,6 +78,7 @@ impl Scores {
         assert!(keys.iter().all(|k| k.len() == width), "attention scores: a key is not as wide as the queries");
         let pairs: usize = ranges.iter().map(|r| r.len()).sum();
         super::work::count(2 * pairs * width, 0);
+        super::work::count_cache(keys.len(), width);
         let mut sc = Scores { lo, n: hi - lo, s: spare_buffer(queries.len() * (hi - lo)), ranges };
         let (start, end) = sc.shared();
         for (r, q) in queries.iter().enumerate() {
@@ -145,6 +146,7 @@ impl Scores {
         assert!(values.iter().all(|v| v.len() >= width), "attention sums: a value row is narrower than out");
         let pairs: usize = self.ranges.iter().map(|r| r.len()).sum();
         super::work::count(2 * pairs * width, 0);
+        super::work::count_cache(values.len(), width);
         let (start, end) = self.shared();
         let n = self.n;
         let weights = |r: usize, part: Range<usize>| &self.s[r * n..(r + 1) * n][part];
@@ -324,12 +326,14 @@ pub fn push_dots<'a>(q: &[f32], keys: impl Iterator<Item = &'a [f32]>, scores: &
     scores.resize(at + n, 0.0);
     dots_into(q, &block[..n], &mut scores[at..]);
     super::work::count(2 * (scores.len() - before) * q.len(), 0);
+    super::work::count_cache(scores.len() - before, q.len());
 }
 
 /// `out = Σⱼ pⱼ · vⱼ` over the values yielded, each output element summed from 0.0 in value order with one fused
 /// multiply-add per value.
 pub fn weighted_sum<'a>(p: &[f32], values: impl Iterator<Item = &'a [f32]> + Clone, out: &mut [f32]) {
     super::work::count(2 * p.len() * out.len(), 0);
+    super::work::count_cache(p.len(), out.len());
     out.fill(0.0);
     let chunks = out.len() / LANES;
     let (mut block, mut n, mut done): ([&[f32]; VALUE_BLOCK], usize, usize) = ([&[]; VALUE_BLOCK], 0, 0);

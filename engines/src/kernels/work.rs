@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 static FLOPS: AtomicU64 = AtomicU64::new(0);
 static WEIGHT_BYTES: AtomicU64 = AtomicU64::new(0);
+static CACHE_BYTES: AtomicU64 = AtomicU64::new(0);
 
 /// Work done since the process started.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -13,6 +14,9 @@ pub struct Work {
     pub flops: u64,
     /// Bytes of matmul weight matrices passed over (each matmul reads its weights once).
     pub weight_bytes: u64,
+    /// Bytes of cached key and value rows attention read (each row once per call, however many queries of the
+    /// call share it): what a decode step reads besides the weights, growing with the context.
+    pub cache_bytes: u64,
 }
 
 impl Work {
@@ -21,17 +25,27 @@ impl Work {
         Work {
             flops: self.flops.saturating_sub(earlier.flops),
             weight_bytes: self.weight_bytes.saturating_sub(earlier.weight_bytes),
+            cache_bytes: self.cache_bytes.saturating_sub(earlier.cache_bytes),
         }
     }
 }
 
 /// The count so far.
 pub fn work() -> Work {
-    Work { flops: FLOPS.load(Ordering::Relaxed), weight_bytes: WEIGHT_BYTES.load(Ordering::Relaxed) }
+    Work {
+        flops: FLOPS.load(Ordering::Relaxed),
+        weight_bytes: WEIGHT_BYTES.load(Ordering::Relaxed),
+        cache_bytes: CACHE_BYTES.load(Ordering::Relaxed),
+    }
 }
 
 /// Adds one kernel call's work (once per call, so the count costs nothing next to the call).
 pub(super) fn count(flops: usize, weight_bytes: usize) {
     FLOPS.fetch_add(flops as u64, Ordering::Relaxed);
     WEIGHT_BYTES.fetch_add(weight_bytes as u64, Ordering::Relaxed);
+}
+
+/// Adds the bytes of the key or value rows one attention call read.
+pub(super) fn count_cache(rows: usize, width: usize) {
+    CACHE_BYTES.fetch_add((rows * width * std::mem::size_of::<f32>()) as u64, Ordering::Relaxed);
 }
