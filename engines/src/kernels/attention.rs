@@ -529,39 +529,3 @@ mod tests {
         }
     }
 }
-
-#[cfg(test)]
-mod scratch_timing {
-    use super::*;
-    #[test]
-    #[ignore]
-    fn time_many() {
-        let (positions, width) = (2048usize, 64usize);
-        let f = |n: usize, s: u32| -> Vec<f32> {
-            (0..n).map(|i| ((i as u32).wrapping_mul(2654435761) ^ s) as f32 / 4e9 - 0.5).collect()
-        };
-        let (k, v, q) = (f(positions * width, 1), f(positions * width, 2), f(positions * width, 3));
-        let row = |p: usize| (&k[p * width..(p + 1) * width], &v[p * width..(p + 1) * width]);
-        let reps: usize = std::env::var("REPS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
-        let rows: usize = std::env::var("ROWS").ok().and_then(|s| s.parse().ok()).unwrap_or(16);
-        for _ in 0..reps {
-            let t = std::time::Instant::now();
-            let mut pairs = 0;
-            for b in (0..positions).step_by(rows) {
-                let rr = b..b + rows;
-                let queries: Vec<&[f32]> = rr.clone().map(|t| &q[t * width..(t + 1) * width]).collect();
-                let ranges: Vec<_> = rr.map(|t| 0..t + 1).collect();
-                pairs += ranges.iter().map(|r| r.len()).sum::<usize>();
-                let mut o = vec![0.0; rows * width];
-                attend_many(&queries, &ranges, row, 0.125, &mut o);
-                std::hint::black_box(o);
-            }
-            let d = t.elapsed().as_secs_f64();
-            eprintln!(
-                "attend_many: {:.2} ns/pair, {:.1} GFLOP/s",
-                d * 1e9 / pairs as f64,
-                4.0 * 64.0 * pairs as f64 / d / 1e9
-            );
-        }
-    }
-}
