@@ -226,6 +226,26 @@ pub fn matmul_with(red: Reduction, x: &[f32], rows: usize, w: &[f32], out_dim: u
     super::work::count(2 * rows * out_dim * in_dim, 4 * out_dim * in_dim);
     if let Reduction::Tiled(parts) = red {
         // the deliberately shape-dependent path: every element in `dot_tiled`'s order, rows in parallel
+        #[cfg(target_arch = "x86_64")]
+        if in_dim > 0 && std::arch::is_x86_feature_detected!("avx512f") {
+            // blocks of rows in parallel, each through the lanes-over-weight-rows kernel (the same bits)
+            let per = if rows * out_dim * in_dim >= PARALLEL_MIN_WORK {
+                rows.div_ceil(rayon::current_num_threads()).next_multiple_of(8)
+            } else {
+                rows
+            }
+            .max(1);
+            let block = |(xb, yb): (&[f32], &mut [f32])| {
+                let n = xb.len() / in_dim;
+                // SAFETY: the CPU has AVX-512F; xb is n x in_dim, w out_dim x in_dim, yb n x out_dim, in_dim > 0
+                #[allow(unsafe_code)]
+                unsafe {
+                    super::matmul_avx512::tiled(xb, n, w, out_dim, in_dim, parts, yb)
+                }
+            };
+            x.par_chunks(per * in_dim).zip(y.par_chunks_mut(per * out_dim)).for_each(block);
+            return;
+        }
         let row = |(xr, yr): (&[f32], &mut [f32])| tiled_row(xr, w, in_dim, parts, yr);
         if rows > 1 && rows * out_dim * in_dim >= PARALLEL_MIN_WORK {
             x.par_chunks_exact(in_dim).zip(y.par_chunks_exact_mut(out_dim)).for_each(row);
