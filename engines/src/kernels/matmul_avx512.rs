@@ -43,97 +43,84 @@ pub(super) unsafe fn acc_tile<const R: usize, const C: usize>(
     })
 }
 
-/// Weight rows a `tiled` pass holds side by side: one per lane.
+/// X rows a `tiled` pass holds side by side: one per lane.
 const TILED_LANES: usize = 16;
 
-/// The `Tiled` matmul, `y[r, o] = dot_tiled(x[r], w[o], parts)`, with the lanes over sixteen weight rows (copied
-/// transposed, so a lane reads its row's element `k` where the others read theirs) and eight x rows at a time. Each
-/// lane keeps `dot_tiled`'s order: the parts last to first, within a part `k` ascending, each step a multiply then
-/// an add (two roundings, as the portable loop), every sum from -0.0. So the bits are the portable path's.
+/// The `Tiled` matmul, `y[r, o] = dot_tiled(x[r], w[o], parts)`, with the lanes over sixteen x rows (copied
+/// transposed once per call, so a lane reads its row's element `k` where the others read theirs) against sixteen
+/// weight rows at a time (then eight, then one). Each lane keeps `dot_tiled`'s order: the parts last to first, within a part `k`
+/// ascending, each step a multiply then an add (two roundings, as the portable loop), every sum from -0.0. So the
+/// bits are the portable path's. `y` holds the outputs of weight rows `cols` only (`rows x cols.len()`).
 ///
 /// # Safety
-/// The CPU has AVX-512F; `x` is `rows x in_dim`, `w` is `out_dim x in_dim`, `y` is `rows x out_dim`, and
-/// `in_dim > 0`.
+/// The CPU has AVX-512F; `x` is `rows x in_dim`, `w` holds the weight rows `cols` (`in_dim` each, from row 0 of
+/// `w`), `y` is `rows x cols.len()`, and `in_dim > 0`.
 #[target_feature(enable = "avx512f")]
-pub(super) unsafe fn tiled(
-    x: &[f32],
-    rows: usize,
-    w: &[f32],
-    out_dim: usize,
-    in_dim: usize,
-    parts: usize,
-    y: &mut [f32],
-) {
-    assert!(in_dim > 0 && x.len() == rows * in_dim && w.len() == out_dim * in_dim && y.len() == rows * out_dim);
+pub(super) unsafe fn tiled(x: &[f32], rows: usize, w: &[f32], cols: usize, in_dim: usize, parts: usize, y: &mut [f32]) {
+    assert!(in_dim > 0 && x.len() == rows * in_dim && w.len() == cols * in_dim && y.len() == rows * cols);
     let parts = parts.clamp(1, in_dim);
     let step = in_dim.div_ceil(parts).max(1);
-    let mut wt = vec![0.0f32; in_dim * TILED_LANES];
-    for o in (0..out_dim).step_by(TILED_LANES) {
-        let lanes = (out_dim - o).min(TILED_LANES);
-        // lanes past the last weight row read zeros and are never stored
-        wt.fill(0.0);
-        for j in 0..lanes {
-            for (k, v) in w[(o + j) * in_dim..(o + j + 1) * in_dim].iter().enumerate() {
-                wt[k * TILED_LANES + j] = *v;
+    let mut xt = vec![0.0f32; in_dim * TILED_LANES];
+    for r0 in (0..rows).step_by(TILED_LANES) {
+        let lanes = (rows - r0).min(TILED_LANES);
+        // lanes past the last x row read zeros and are never stored
+        xt.fill(0.0);
+        for i in 0..lanes {
+            for (k, v) in x[(r0 + i) * in_dim..(r0 + i + 1) * in_dim].iter().enumerate() {
+                xt[k * TILED_LANES + i] = *v;
             }
         }
-        let mask: __mmask16 = if lanes == TILED_LANES { !0 } else { (1u16 << lanes) - 1 };
-        let mut r = 0;
-        while r < rows {
-            // SAFETY (both calls): the CPU has AVX-512F; the rows exist, `wt` holds `in_dim` lanes of 16, `y` rows
-            // hold `o + lanes` outputs
-            unsafe {
-                if rows - r >= 8 {
-                    tiled_rows::<8>(x, r, in_dim, &wt, step, y, out_dim, o, mask);
-                    r += 8;
-                } else {
-                    tiled_rows::<1>(x, r, in_dim, &wt, step, y, out_dim, o, mask);
-                    r += 1;
+        let mut o = 0;
+        while o < cols {
+            let sums = if cols - o >= 16 {
+                // SAFETY: the CPU has AVX-512F; weight rows o..o + 16 exist, `xt` holds `in_dim` lanes of 16
+                unsafe { tiled_cols::<16>(w, o, in_dim, &xt, step) }.to_vec()
+            } else if cols - o >= 8 {
+                // SAFETY: the CPU has AVX-512F; weight rows o..o + 8 exist, `xt` holds `in_dim` lanes of 16
+                unsafe { tiled_cols::<8>(w, o, in_dim, &xt, step) }.to_vec()
+            } else {
+                // SAFETY: as above, for weight row o
+                unsafe { tiled_cols::<1>(w, o, in_dim, &xt, step) }.to_vec()
+            };
+            for (j, lane_sums) in sums.iter().enumerate() {
+                for (i, v) in lane_sums[..lanes].iter().enumerate() {
+                    y[(r0 + i) * cols + o + j] = *v;
                 }
             }
+            o += sums.len();
         }
     }
 }
 
-/// `R` x rows from `r` against the transposed block `wt`: `y[r + i, o + lane]` for the lanes in `mask`.
+/// The sums of weight rows `o..o + C` against the sixteen transposed x rows of `xt`: `[C][lane]`.
 ///
 /// # Safety
-/// As `tiled`, for the rows `r..r + R` and the outputs `o..o + popcount(mask)`.
+/// The CPU has AVX-512F; `w` holds rows `o..o + C` of `in_dim`; `xt` holds `in_dim` rows of 16 lanes.
 #[target_feature(enable = "avx512f")]
 #[inline]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tiled_rows<const R: usize>(
-    x: &[f32],
-    r: usize,
-    in_dim: usize,
-    wt: &[f32],
-    step: usize,
-    y: &mut [f32],
-    out_dim: usize,
-    o: usize,
-    mask: __mmask16,
-) {
-    let xr: [&[f32]; R] = std::array::from_fn(|i| &x[(r + i) * in_dim..(r + i + 1) * in_dim]);
+unsafe fn tiled_cols<const C: usize>(w: &[f32], o: usize, in_dim: usize, xt: &[f32], step: usize) -> [[f32; 16]; C] {
+    let wr: [&[f32]; C] = std::array::from_fn(|j| &w[(o + j) * in_dim..(o + j + 1) * in_dim]);
+    assert!(xt.len() >= in_dim * TILED_LANES, "tiled: transposed rows too short");
     let neg_zero = _mm512_set1_ps(-0.0);
-    let mut total = [neg_zero; R];
+    let mut total = [neg_zero; C];
     for start in (0..in_dim).step_by(step).rev() {
         let end = (start + step).min(in_dim);
-        let mut part = [neg_zero; R];
+        let mut part = [neg_zero; C];
         for k in start..end {
-            // SAFETY: `k < in_dim`, and `wt` holds `in_dim` rows of 16 lanes; unaligned load
-            let wv = unsafe { _mm512_loadu_ps(wt.as_ptr().add(k * TILED_LANES)) };
-            for (p, row) in part.iter_mut().zip(&xr) {
-                *p = _mm512_add_ps(*p, _mm512_mul_ps(_mm512_set1_ps(row[k]), wv));
+            // SAFETY: `k < in_dim` and `xt` holds `in_dim` rows of 16 lanes (asserted); unaligned load
+            let xv = unsafe { _mm512_loadu_ps(xt.as_ptr().add(k * TILED_LANES)) };
+            for (p, row) in part.iter_mut().zip(&wr) {
+                *p = _mm512_add_ps(*p, _mm512_mul_ps(xv, _mm512_set1_ps(row[k])));
             }
         }
         for (t, p) in total.iter_mut().zip(&part) {
             *t = _mm512_add_ps(*t, *p);
         }
     }
-    for (i, t) in total.iter().enumerate() {
-        let at = (r + i) * out_dim + o;
-        assert!(at + (mask.count_ones() as usize) <= y.len(), "tiled: output row too short");
-        // SAFETY: the masked lanes are `o..o + lanes` of row `r + i`, inside `y` (asserted)
-        unsafe { _mm512_mask_storeu_ps(y.as_mut_ptr().add(at), mask, *t) };
-    }
+    total.map(|t| {
+        let mut out = [0.0f32; 16];
+        // SAFETY: `out` is 16 f32s; unaligned store
+        unsafe { _mm512_storeu_ps(out.as_mut_ptr(), t) };
+        out
+    })
 }
