@@ -183,27 +183,27 @@ impl Scores {
 /// sequence (compressed rows, then raw ones). With one part it is `Scores::softmax`. The parts hold the same
 /// queries.
 pub fn softmax_parts(parts: &mut [Scores], scale: f32) {
-    let [only] = parts else {
-        let queries = parts.first().map_or(0, |p| p.ranges.len());
-        assert!(parts.iter().all(|p| p.ranges.len() == queries), "attention parts: different numbers of queries");
-        let mut joint = Vec::new();
-        for r in 0..queries {
-            joint.clear();
-            for part in parts.iter_mut() {
-                joint.extend_from_slice(part.row_mut(r));
-            }
-            joint.iter_mut().for_each(|x| *x *= scale);
-            softmax_in_place(&mut joint);
-            let mut at = 0;
-            for part in parts.iter_mut() {
-                let row = part.row_mut(r);
-                row.copy_from_slice(&joint[at..at + row.len()]);
-                at += row.len();
-            }
-        }
+    if let [only] = parts {
+        only.softmax(scale);
         return;
-    };
-    only.softmax(scale);
+    }
+    let queries = parts.first().map_or(0, |p| p.ranges.len());
+    assert!(parts.iter().all(|p| p.ranges.len() == queries), "attention parts: different numbers of queries");
+    let mut joint = Vec::new();
+    for r in 0..queries {
+        joint.clear();
+        for part in parts.iter_mut() {
+            joint.extend_from_slice(part.row_mut(r));
+        }
+        joint.iter_mut().for_each(|x| *x *= scale);
+        softmax_in_place(&mut joint);
+        let mut at = 0;
+        for part in parts.iter_mut() {
+            let row = part.row_mut(r);
+            row.copy_from_slice(&joint[at..at + row.len()]);
+            at += row.len();
+        }
+    }
 }
 
 impl Drop for Scores {

@@ -213,6 +213,20 @@ const PARALLEL_MIN_WORK: usize = 1 << 16;
 /// (at the blocked kernel's speed that is ~10 µs, about what waking a rayon worker costs on a busy machine).
 const TASK_WORK: usize = 1 << 18;
 
+/// Copies the outputs of tasks that each took `per` weight rows (block `t`: `rows x n`, weight rows
+/// `t · per..t · per + n`) into their columns of `y` (`rows x out_dim`).
+fn place_column_blocks(blocks: &[Vec<f32>], rows: usize, per: usize, y: &mut [f32], out_dim: usize) {
+    for (t, block) in blocks.iter().enumerate() {
+        let n = block.len() / rows.max(1);
+        if n == 0 {
+            continue;
+        }
+        for (yr, br) in y.chunks_exact_mut(out_dim).zip(block.chunks_exact(n)) {
+            yr[t * per..t * per + n].copy_from_slice(br);
+        }
+    }
+}
+
 /// `y[r, o] = dot(x[r, :], w[o, :])` for `rows` rows, with the invariant reduction.
 pub fn matmul(x: &[f32], rows: usize, w: &[f32], out_dim: usize, in_dim: usize, y: &mut [f32]) {
     matmul_with(Reduction::Invariant, x, rows, w, out_dim, in_dim, y)
@@ -225,7 +239,7 @@ pub fn matmul_with(red: Reduction, x: &[f32], rows: usize, w: &[f32], out_dim: u
     assert_eq!(y.len(), rows * out_dim, "matmul: y is not rows x out");
     super::work::count(2 * rows * out_dim * in_dim, 4 * out_dim * in_dim);
     if let Reduction::Tiled(parts) = red {
-        // the deliberately shape-dependent path: every element in `dot_tiled`'s order, rows in parallel
+        // the deliberately shape-dependent path: every element in `dot_tiled`'s order
         #[cfg(target_arch = "x86_64")]
         if in_dim > 0 && std::arch::is_x86_feature_detected!("avx512f") {
             // weight rows split among the threads (a short prefill chunk has few x rows), each task's outputs in
@@ -245,14 +259,10 @@ pub fn matmul_with(red: Reduction, x: &[f32], rows: usize, w: &[f32], out_dim: u
                     out
                 })
                 .collect();
-            for (t, out) in outs.iter().enumerate() {
-                let cols = out.len() / rows.max(1);
-                for (yr, or) in y.chunks_exact_mut(out_dim).zip(out.chunks_exact(cols.max(1))) {
-                    yr[t * per..t * per + cols].copy_from_slice(or);
-                }
-            }
+            place_column_blocks(&outs, rows, per, y, out_dim);
             return;
         }
+        // without AVX-512: rows in parallel
         let row = |(xr, yr): (&[f32], &mut [f32])| tiled_row(xr, w, in_dim, parts, yr);
         if rows > 1 && rows * out_dim * in_dim >= PARALLEL_MIN_WORK {
             x.par_chunks_exact(in_dim).zip(y.par_chunks_exact_mut(out_dim)).for_each(row);
@@ -293,12 +303,7 @@ pub fn matmul_with(red: Reduction, x: &[f32], rows: usize, w: &[f32], out_dim: u
                     out
                 })
                 .collect();
-            for (t, part) in parts.iter().enumerate() {
-                let n = part.len() / rows;
-                for (yr, pr) in y.chunks_exact_mut(out_dim).zip(part.chunks_exact(n)) {
-                    yr[t * per..t * per + n].copy_from_slice(pr);
-                }
-            }
+            place_column_blocks(&parts, rows, per, y, out_dim);
         }
     }
 }

@@ -48,13 +48,13 @@ const TILED_LANES: usize = 16;
 
 /// The `Tiled` matmul, `y[r, o] = dot_tiled(x[r], w[o], parts)`, with the lanes over sixteen x rows (copied
 /// transposed once per call, so a lane reads its row's element `k` where the others read theirs) against sixteen
-/// weight rows at a time (then eight, then one). Each lane keeps `dot_tiled`'s order: the parts last to first, within a part `k`
-/// ascending, each step a multiply then an add (two roundings, as the portable loop), every sum from -0.0. So the
-/// bits are the portable path's. `y` holds the outputs of weight rows `cols` only (`rows x cols.len()`).
+/// weight rows at a time (then eight, then one). Each lane keeps `dot_tiled`'s order: the parts last to first,
+/// within a part `k` ascending, each step a multiply then an add (two roundings, as the portable loop), every sum
+/// from -0.0. So the bits are the portable path's.
 ///
 /// # Safety
-/// The CPU has AVX-512F; `x` is `rows x in_dim`, `w` holds the weight rows `cols` (`in_dim` each, from row 0 of
-/// `w`), `y` is `rows x cols.len()`, and `in_dim > 0`.
+/// The CPU has AVX-512F; `x` is `rows x in_dim`, `w` is `cols` weight rows of `in_dim`, `y` is `rows x cols`,
+/// and `in_dim > 0`.
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn tiled(x: &[f32], rows: usize, w: &[f32], cols: usize, in_dim: usize, parts: usize, y: &mut [f32]) {
     assert!(in_dim > 0 && x.len() == rows * in_dim && w.len() == cols * in_dim && y.len() == rows * cols);
@@ -72,24 +72,27 @@ pub(super) unsafe fn tiled(x: &[f32], rows: usize, w: &[f32], cols: usize, in_di
         }
         let mut o = 0;
         while o < cols {
-            let sums = if cols - o >= 16 {
-                // SAFETY: the CPU has AVX-512F; weight rows o..o + 16 exist, `xt` holds `in_dim` lanes of 16
-                unsafe { tiled_cols::<16>(w, o, in_dim, &xt, step) }.to_vec()
-            } else if cols - o >= 8 {
-                // SAFETY: the CPU has AVX-512F; weight rows o..o + 8 exist, `xt` holds `in_dim` lanes of 16
-                unsafe { tiled_cols::<8>(w, o, in_dim, &xt, step) }.to_vec()
-            } else {
-                // SAFETY: as above, for weight row o
-                unsafe { tiled_cols::<1>(w, o, in_dim, &xt, step) }.to_vec()
-            };
-            for (j, lane_sums) in sums.iter().enumerate() {
-                for (i, v) in lane_sums[..lanes].iter().enumerate() {
-                    y[(r0 + i) * cols + o + j] = *v;
+            // SAFETY (each arm): the CPU has AVX-512F; weight rows o..o + C exist, `xt` holds `in_dim` lanes of 16
+            o += unsafe {
+                match cols - o {
+                    16.. => place(tiled_cols::<16>(w, o, in_dim, &xt, step), y, cols, r0, lanes, o),
+                    8..=15 => place(tiled_cols::<8>(w, o, in_dim, &xt, step), y, cols, r0, lanes, o),
+                    _ => place(tiled_cols::<1>(w, o, in_dim, &xt, step), y, cols, r0, lanes, o),
                 }
-            }
-            o += sums.len();
+            };
         }
     }
+}
+
+/// Writes the first `lanes` lanes of each of the `C` weight rows' sums (`sums[j][i]`: x row `r0 + i`, weight row
+/// `o + j`) into `y` (rows of `cols`); returns `C`.
+fn place<const C: usize>(sums: [[f32; 16]; C], y: &mut [f32], cols: usize, r0: usize, lanes: usize, o: usize) -> usize {
+    for (j, lane_sums) in sums.iter().enumerate() {
+        for (i, v) in lane_sums[..lanes].iter().enumerate() {
+            y[(r0 + i) * cols + o + j] = *v;
+        }
+    }
+    C
 }
 
 /// The sums of weight rows `o..o + C` against the sixteen transposed x rows of `xt`: `[C][lane]`.

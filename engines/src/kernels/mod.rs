@@ -28,7 +28,7 @@ pub use exp::exp;
 pub use matmul::{dot, matmul, matmul_with};
 pub use norm::rms_norm;
 pub use quant::{dequantize_row, f16_to_f32, qmatmul, qmatmul_each, QBytes, QMatrix, QType, QK};
-pub use rope::Rope;
+pub use rope::{angles as rope_angles, Rope};
 pub use work::{work, Work};
 
 /// How a kernel splits a reduction. `Invariant` is the default; `Tiled(n)` splits each reduction into `n`

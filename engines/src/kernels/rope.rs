@@ -16,13 +16,7 @@ impl Rope {
     /// The (sin, cos) of each pair's angle at position `pos`: the same for every head of every row at `pos`, so a
     /// caller rotating several rows there computes them once (the f64 `sin_cos` is the costly part).
     pub fn angles(&self, pos: usize) -> Vec<(f32, f32)> {
-        self.inv_freq
-            .iter()
-            .map(|f| {
-                let (s, c) = (pos as f64 * f).sin_cos();
-                (s as f32, c as f32)
-            })
-            .collect()
+        angles(&self.inv_freq, pos)
     }
 
     /// Rotate every head of `row` (heads x head_dim) by `angles` (from `angles`).
@@ -36,6 +30,18 @@ impl Rope {
             }
         }
     }
+}
+
+/// The (sin, cos) of `pos · f` for each inverse frequency `f`, computed in f64 and rounded to f32: a position's
+/// rotation angles, whatever the layout the rope pairs its elements in.
+pub fn angles(inv_freq: &[f64], pos: usize) -> Vec<(f32, f32)> {
+    inv_freq
+        .iter()
+        .map(|f| {
+            let (s, c) = (pos as f64 * f).sin_cos();
+            (s as f32, c as f32)
+        })
+        .collect()
 }
 
 #[cfg(test)]

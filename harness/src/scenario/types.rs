@@ -698,6 +698,12 @@ fn validate(params: &Params, a: &Assertions) -> Result<(), String> {
             return Err(format!("assert.max_failure_rate: {r} is not in [0, 1)"));
         }
     }
+    if a.require.contains(&super::CheckName::Rate) && a.max_failure_rate.is_none() {
+        return Err(format!(
+            "assert.require: `{}` is judged only on a scenario with assert.max_failure_rate",
+            super::CheckName::Rate
+        ));
+    }
     if let Some(g) = a.near_tie {
         if !(g.is_finite() && g > 0.0) {
             return Err(format!("assert.near_tie: {g} must be a positive number"));
@@ -744,12 +750,6 @@ fn validate_growth_assertions(params: &Params, a: &Assertions) -> Result<(), Str
         return Err(format!(
             "assert.require: `{}` is judged only on a growth curve with assert.max_warm_ratio_over_expected",
             super::CheckName::WarmGrowth
-        ));
-    }
-    if a.require.contains(&super::CheckName::Rate) && a.max_failure_rate.is_none() {
-        return Err(format!(
-            "assert.require: `{}` is judged only on a scenario with assert.max_failure_rate",
-            super::CheckName::Rate
         ));
     }
     Ok(())

@@ -33,13 +33,7 @@ impl PairRope {
 
     /// The (sin, cos) of each pair's angle at position `pos` (the same for every layer and head).
     pub fn angles(&self, pos: usize) -> Vec<(f32, f32)> {
-        self.inv_freq
-            .iter()
-            .map(|f| {
-                let (s, c) = (pos as f64 * f).sin_cos();
-                (s as f32, c as f32)
-            })
-            .collect()
+        crate::kernels::rope_angles(&self.inv_freq, pos)
     }
 
     /// Rotate every head of `row` by `angles` (from `angles`).
