@@ -243,7 +243,7 @@ pub trait Arch: Send + Sync + Sized + 'static {
     type Config: ArchConfig;
     type Layers: Layers;
     /// State one request's decode carries from step to step (glm53: the verified draft proposals).
-    type Decoding: Default;
+    type Decoding: Default + Send;
 
     const INFO: ArchInfo;
     /// Whether a prompt longer than `max_ctx` is refused before anything runs. False: prefill runs until a
@@ -426,6 +426,17 @@ impl<A: Arch> BundledEngine<A> {
 }
 
 /// The checks every engine makes before it touches a slot, in order: the slot, the prompt's length, its ids.
+/// Runs `f` on a thread of rayon's pool (the caller waits): a decode step is a few dozen small parallel kernels,
+/// and each one started from outside the pool is a hand-off to a sleeping worker and back, where from inside it
+/// is a push onto the worker's own queue that it starts on at once.
+pub fn on_worker<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    if rayon::current_thread_index().is_some() {
+        f()
+    } else {
+        rayon::scope(|_| f())
+    }
+}
+
 fn check_request(req: &Request, slots: usize, vocab: usize) -> Result<()> {
     if req.slot >= slots {
         return Err(EngineError::NoSuchSlot { slot: req.slot, slots });
@@ -557,7 +568,8 @@ impl<A: Arch> Engine for BundledEngine<A> {
         let decoded =
             crate::decode::decode_with(arch.generable(), logits, req, len, capacity, observer, |id, pos, index| {
                 let writer = Writer { request: req.id, kind: WriterKind::Decode { step: index as u32 } };
-                let next = arch.decode_step(slot, &mut decoding, &Step { id, pos, index, req, writer }, fault);
+                let step = Step { id, pos, index, req, writer };
+                let next = on_worker(|| arch.decode_step(slot, &mut decoding, &step, fault));
                 if records {
                     slot.record.record(pos, &[id]);
                 }

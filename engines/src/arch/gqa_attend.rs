@@ -10,7 +10,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::gqa_dims::Dims;
-use crate::kernels::{softmax_parts, Scores};
+use crate::kernels::{softmax_parts, Scores, LANES};
 
 /// Queries attending together in one task (rows of a block times the query heads of a kv head): enough that a key
 /// row read from memory serves many queries, few enough that their scores (queries x context) stay in L2.
@@ -99,6 +99,12 @@ pub fn attend_rows_in_parts<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: 
     let Heads { width: hd, heads, group, scale } = shape;
     let qd = heads * hd;
     let rows = q.len() / qd.max(1);
+    // a decode step over a short window is a few microseconds of work: below that, waking threads costs more
+    let work: usize =
+        parts.iter().flat_map(|part| (0..rows).map(|i| part.visible(i).len())).sum::<usize>() * heads * hd;
+    if rows == 1 && work >= PARALLEL_MIN_WORK {
+        return attend_one_row(q, shape, parts, att);
+    }
     let kv_heads = heads / group.max(1);
     let per = rows_per_task(group);
     let blocks = rows.div_ceil(per);
@@ -123,9 +129,6 @@ pub fn attend_rows_in_parts<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: 
         }
         out
     };
-    // a decode step over a short window is a few microseconds of work: below that, waking threads costs more
-    let work: usize =
-        parts.iter().flat_map(|part| (0..rows).map(|i| part.visible(i).len())).sum::<usize>() * heads * hd;
     let outs: Vec<Vec<f32>> = if work < PARALLEL_MIN_WORK {
         (0..blocks * kv_heads).map(task).collect()
     } else {
@@ -140,6 +143,74 @@ pub fn attend_rows_in_parts<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: 
     }
 }
 
+/// Keys one task of a decode step scores.
+const KEY_SPLIT: usize = 256;
+/// Output chunks (of 16 columns) one task of a decode step sums: each sum is a chain of dependent multiply-adds
+/// over every value, so a task needs several (queries x chunks) to hide their latency, and a head's width in
+/// two or more tasks to give every core work.
+const SPAN_CHUNKS: usize = 2;
+
+/// A decode step's attention (one row) over a long context, in three parallel passes: scores over blocks of keys
+/// of every kv head, the softmax per kv head, then the weighted sums per 16 output columns of every kv head. One
+/// task per kv head would leave a core idle whenever there are fewer kv heads than cores, or not a multiple of
+/// them, each reading its head's whole key and value sequence alone. Every output is bitwise what that path gives:
+/// each score is `dot`, and each column is folded over the same values in the same order.
+fn attend_one_row<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: &[P], att: &mut [f32]) {
+    let Heads { width: hd, heads, group, scale } = shape;
+    let kv_heads = heads / group.max(1);
+    let queries = |g: usize| -> Vec<&[f32]> { (0..group).map(|j| &q[(g * group + j) * hd..][..hd]).collect() };
+    // pass 1: (kv head, part, block of keys); an empty part is one empty block
+    let blocks: Vec<(usize, usize, Range<usize>)> = (0..kv_heads)
+        .flat_map(|g| {
+            parts.iter().enumerate().flat_map(move |(k, part)| {
+                let r = part.visible(0);
+                let starts: Vec<usize> =
+                    if r.is_empty() { vec![r.start] } else { r.clone().step_by(KEY_SPLIT).collect() };
+                starts.into_iter().map(move |a| (g, k, a..(a + KEY_SPLIT).min(r.end).max(a)))
+            })
+        })
+        .collect();
+    let pieces: Vec<Scores> = blocks
+        .par_iter()
+        .map(|(g, k, b)| Scores::dots(&queries(*g), &vec![b.clone(); group], |p| parts[*k].kv(*g, p).0))
+        .collect();
+    // each (kv head, part)'s blocks joined, in order
+    let mut scores: Vec<Vec<Scores>> = (0..kv_heads).map(|_| Vec::with_capacity(parts.len())).collect();
+    let mut at = 0;
+    while at < blocks.len() {
+        let (g, k, _) = blocks[at];
+        let n = blocks[at..].iter().take_while(|(g2, k2, _)| (*g2, *k2) == (g, k)).count();
+        scores[g].push(Scores::joined(&pieces[at..at + n]));
+        at += n;
+    }
+    drop(pieces);
+    // pass 2
+    scores.par_iter_mut().for_each(|sc| softmax_parts(sc, scale));
+    // pass 3: (kv head, columns), the columns past the last whole span with the last span
+    let step = SPAN_CHUNKS * LANES;
+    let whole = (hd / step).max(1);
+    let spans: Vec<Range<usize>> =
+        (0..whole).map(|c| c * step..if c + 1 == whole { hd } else { (c + 1) * step }).collect();
+    let tasks: Vec<(usize, Range<usize>)> =
+        (0..kv_heads).flat_map(|g| spans.iter().map(move |c| (g, c.clone()))).collect();
+    let outs: Vec<Vec<f32>> = tasks
+        .par_iter()
+        .map(|(g, cols)| {
+            let mut out = vec![0.0; group * hd];
+            for (part, sc) in parts.iter().zip(&scores[*g]) {
+                sc.add_weighted_columns(|p| part.kv(*g, p).1, &mut out, cols.clone());
+            }
+            out
+        })
+        .collect();
+    for ((g, cols), out) in tasks.iter().zip(&outs) {
+        for j in 0..group {
+            att[(g * group + j) * hd + cols.start..][..cols.len()]
+                .copy_from_slice(&out[j * hd + cols.start..][..cols.len()]);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,13 +219,22 @@ mod tests {
 
     /// Every (row, head) output of `attend_rows` is bitwise `attend` of that query alone over its row's range and
     /// its kv head's rows: across row blocks (more rows than one task takes), every head of a group, sliding
-    /// windows, and a segment small enough to stay on the calling thread.
+    /// windows, a segment small enough to stay on the calling thread, and single rows (decode steps) split over
+    /// key blocks and output columns.
     #[test]
     fn every_query_gets_what_it_gets_alone() {
         let mut r = SplitMix64::new(7);
-        for (rows, heads, group, hd, window, pos0) in
-            [(40, 4, 2, 32, usize::MAX, 5), (3, 6, 3, 16, usize::MAX, 0), (37, 8, 8, 24, 9, 11), (1, 2, 1, 64, 4, 30)]
-        {
+        for (rows, heads, group, hd, window, pos0) in [
+            (40, 4, 2, 32, usize::MAX, 5),
+            (3, 6, 3, 16, usize::MAX, 0),
+            (37, 8, 8, 24, 9, 11),
+            (1, 2, 1, 64, 4, 30),
+            // decode steps long enough to split over key blocks and output columns: three kv heads, a width
+            // with a tail past its last whole chunk and a window that starts past 0, a width under one chunk
+            (1, 9, 3, 64, usize::MAX, 2047),
+            (1, 4, 2, 72, 700, 900),
+            (1, 8, 8, 8, usize::MAX, 2100),
+        ] {
             let shape = Heads { width: hd, heads, group, scale: 0.3 };
             let (qd, kvd) = (heads * hd, heads / group * hd);
             let positions = pos0 + rows;
@@ -186,9 +266,15 @@ mod tests {
     #[test]
     fn parts_are_one_key_sequence() {
         let mut r = SplitMix64::new(11);
-        for (rows, heads, group, hd, window, pos0) in
-            [(45, 8, 2, 32, 64, 500), (6, 4, 2, 24, 3, 0), (33, 6, 3, 16, 200, 40), (1, 2, 1, 40, 8, 90)]
-        {
+        for (rows, heads, group, hd, window, pos0) in [
+            (45, 8, 2, 32, 64, 500),
+            (6, 4, 2, 24, 3, 0),
+            (33, 6, 3, 16, 200, 40),
+            (1, 2, 1, 40, 8, 90),
+            // decode steps split over key blocks and output columns: both parts long, then an empty raw part
+            (1, 8, 2, 40, 300, 3000),
+            (1, 8, 2, 40, 0, 3000),
+        ] {
             let shape = Heads { width: hd, heads, group, scale: 0.25 };
             let (qd, kvd) = (heads * hd, heads / group * hd);
             let positions = pos0 + rows;

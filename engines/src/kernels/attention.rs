@@ -92,6 +92,30 @@ impl Scores {
         sc
     }
 
+    /// The scores of consecutive blocks of indices (piece `k`: every query over the same block, the blocks in
+    /// order, each starting where the one before ends) as one `Scores` of every query over all of them: so the
+    /// blocks of a long key sequence can be scored side by side, each score still `dot`'s.
+    pub fn joined(pieces: &[Scores]) -> Scores {
+        let queries = pieces.first().map_or(0, |p| p.ranges.len());
+        assert!(pieces.iter().all(|p| p.ranges.len() == queries), "joined scores: different numbers of queries");
+        assert!(
+            pieces.iter().all(|p| p.ranges.iter().all(|r| *r == (p.lo..p.lo + p.n)))
+                && pieces.windows(2).all(|w| w[0].lo + w[0].n == w[1].lo),
+            "joined scores: pieces are not consecutive blocks every query sees whole"
+        );
+        let lo = pieces.first().map_or(0, |p| p.lo);
+        let n: usize = pieces.iter().map(|p| p.n).sum();
+        let mut s = spare_buffer(queries * n);
+        for (r, row) in s.chunks_exact_mut(n.max(1)).enumerate().take(queries) {
+            let mut at = 0;
+            for p in pieces {
+                row[at..at + p.n].copy_from_slice(&p.s[r * p.n..(r + 1) * p.n]);
+                at += p.n;
+            }
+        }
+        Scores { ranges: vec![lo..lo + n; queries], lo, n, s }
+    }
+
     /// The indices every query sees, relative to `lo` (empty when the ranges do not all overlap).
     fn shared(&self) -> (usize, usize) {
         let start = self.ranges.iter().map(|r| r.start).max().unwrap_or(self.lo) - self.lo;
@@ -136,40 +160,58 @@ impl Scores {
     /// `weighted`, continuing the sums already in `out` instead of starting them at 0.0: the values of a later
     /// part of a key sequence that `softmax_parts` weighed together with the earlier ones.
     pub fn add_weighted<'a>(&self, value: impl Fn(usize) -> &'a [f32], out: &mut [f32]) {
+        let width = out.len() / self.ranges.len().max(1);
+        self.add_weighted_columns(value, out, 0..width);
+    }
+
+    /// `add_weighted` for the output columns `cols` only (the other columns of `out` are left as they are):
+    /// `cols.start` is a multiple of 16, and `cols.end` too unless it is the row's end. Each column's sums are
+    /// independent of the others', so tasks taking different columns together give `add_weighted`'s bits.
+    pub fn add_weighted_columns<'a>(&self, value: impl Fn(usize) -> &'a [f32], out: &mut [f32], cols: Range<usize>) {
         let queries = self.ranges.len();
         if queries == 0 {
             return;
         }
         assert!(out.len().is_multiple_of(queries), "attention sums: out is not queries x width");
         let width = out.len() / queries;
+        let whole = width / LANES;
+        assert!(
+            cols.start.is_multiple_of(LANES)
+                && cols.start <= cols.end
+                && cols.end <= width
+                && (cols.end.is_multiple_of(LANES) || cols.end == width),
+            "attention sums: columns {cols:?} are not whole chunks of a {width}-wide row"
+        );
         let values: Vec<&[f32]> = (self.lo..self.lo + self.n).map(&value).collect();
         assert!(values.iter().all(|v| v.len() >= width), "attention sums: a value row is narrower than out");
         let pairs: usize = self.ranges.iter().map(|r| r.len()).sum();
-        super::work::count(2 * pairs * width, 0);
-        super::work::count_cache(values.len(), width);
+        super::work::count(2 * pairs * cols.len(), 0);
+        super::work::count_cache(values.len(), cols.len());
         let (start, end) = self.shared();
         let n = self.n;
         let weights = |r: usize, part: Range<usize>| &self.s[r * n..(r + 1) * n][part];
         // each query's sums in index order: its own leading indices, the shared ones, its own trailing ones
-        let chunks = width / LANES;
+        let chunks = cols.start / LANES..(cols.end / LANES).min(whole);
         for r in 0..queries {
             let part = self.own(r).start..start.min(self.own(r).end);
-            fold_rows(&[weights(r, part.clone())], &values[part], &mut out[r * width..(r + 1) * width], chunks);
+            let o = &mut out[r * width..(r + 1) * width];
+            fold_rows(&[weights(r, part.clone())], &values[part], o, chunks.clone());
         }
         let shared: Vec<&[f32]> = (0..queries).map(|r| weights(r, start..end)).collect();
-        fold_rows(&shared, &values[start..end], out, chunks);
+        fold_rows(&shared, &values[start..end], out, chunks.clone());
         for r in 0..queries {
             let mine = self.own(r);
             let part = end.clamp(mine.start, mine.end)..mine.end;
-            fold_rows(&[weights(r, part.clone())], &values[part], &mut out[r * width..(r + 1) * width], chunks);
+            let o = &mut out[r * width..(r + 1) * width];
+            fold_rows(&[weights(r, part.clone())], &values[part], o, chunks.clone());
         }
         // the elements past the last whole chunk, each folded over the query's indices in order
-        if !width.is_multiple_of(LANES) {
+        if cols.end == width && !width.is_multiple_of(LANES) {
             for r in 0..queries {
                 let mine = self.own(r);
-                let o = &mut out[r * width + chunks * LANES..(r + 1) * width];
+                let o = &mut out[r * width + whole * LANES..(r + 1) * width];
                 for (p, v) in weights(r, mine.clone()).iter().zip(&values[mine]) {
-                    for (o, x) in o.iter_mut().zip(&v[chunks * LANES..]) {
+                    for (o, x) in o.iter_mut().zip(&v[whole * LANES..]) {
                         *o = p.mul_add(*x, *o);
                     }
                 }
@@ -341,12 +383,12 @@ pub fn weighted_sum<'a>(p: &[f32], values: impl Iterator<Item = &'a [f32]> + Clo
         block[n] = v;
         n += 1;
         if n == VALUE_BLOCK {
-            fold_rows(&[&p[done..done + n]], &block, out, chunks);
+            fold_rows(&[&p[done..done + n]], &block, out, 0..chunks);
             done += n;
             n = 0;
         }
     }
-    fold_rows(&[&p[done..done + n]], &block[..n], out, chunks);
+    fold_rows(&[&p[done..done + n]], &block[..n], out, 0..chunks);
     let at = chunks * LANES;
     if at < out.len() {
         for (p, v) in p.iter().zip(values) {
@@ -360,16 +402,16 @@ pub fn weighted_sum<'a>(p: &[f32], values: impl Iterator<Item = &'a [f32]> + Clo
 /// Folds `values` (weights `p[r]` for query `r`) into the whole chunks of each query's output row (`out`, rows of
 /// `out.len() / p.len()`): a block of values at a time (it stays in L1 while every query takes it), up to eight
 /// chunks a pass, as many queries at once as sixteen registers hold.
-fn fold_rows(p: &[&[f32]], values: &[&[f32]], out: &mut [f32], chunks: usize) {
+fn fold_rows(p: &[&[f32]], values: &[&[f32]], out: &mut [f32], chunks: Range<usize>) {
     if p.is_empty() || values.is_empty() {
         return;
     }
     let width = out.len() / p.len();
     for (b, block) in values.chunks(KEY_BLOCK).enumerate() {
         let first = b * KEY_BLOCK;
-        let mut at = 0;
-        while at < chunks {
-            let c = match chunks - at {
+        let mut at = chunks.start;
+        while at < chunks.end {
+            let c = match chunks.end - at {
                 8.. => 8,
                 4..=7 => 4,
                 2 | 3 => 2,
@@ -378,8 +420,9 @@ fn fold_rows(p: &[&[f32]], values: &[&[f32]], out: &mut [f32], chunks: usize) {
             let mut r = 0;
             while r < p.len() {
                 let fit = (16 / c).min(p.len() - r);
-                // the largest power of two that fits
-                let q = 1 << (usize::BITS - 1 - fit.leading_zeros());
+                // three or six queries (a decode step's GQA group of three) at once, else the largest power of two
+                // that fits: each value row loaded once for the most sums, whose chains hide the FMA latency
+                let q = if fit == 3 || fit == 6 { fit } else { 1 << (usize::BITS - 1 - fit.leading_zeros()) };
                 let rows = &mut out[r * width..(r + q) * width];
                 let mut w: [&[f32]; 16] = [&[]; 16];
                 for (wi, pr) in w.iter_mut().zip(&p[r..r + q]) {
@@ -400,14 +443,19 @@ fn fold_rows(p: &[&[f32]], values: &[&[f32]], out: &mut [f32], chunks: usize) {
                     (2, 8),
                     (1, 4),
                     (2, 4),
+                    (3, 4),
                     (4, 4),
                     (1, 2),
                     (2, 2),
+                    (3, 2),
                     (4, 2),
+                    (6, 2),
                     (8, 2),
                     (1, 1),
                     (2, 1),
+                    (3, 1),
                     (4, 1),
+                    (6, 1),
                     (8, 1),
                     (16, 1)
                 );

@@ -4,7 +4,8 @@ use rayon::prelude::*;
 
 use super::Reduction;
 
-pub(super) const LANES: usize = 16;
+/// The f32 lanes every invariant dot product and weighted sum keeps: its fixed split of a row.
+pub const LANES: usize = 16;
 
 /// One lane group: the 16 partial sums `dot` keeps, one per lane.
 pub(super) type Lanes = [f32; LANES];
@@ -212,6 +213,10 @@ const PARALLEL_MIN_WORK: usize = 1 << 16;
 /// Multiply-adds per parallel task of the invariant matmul: below two tasks' worth it stays on the calling thread
 /// (at the blocked kernel's speed that is ~10 µs, about what waking a rayon worker costs on a busy machine).
 const TASK_WORK: usize = 1 << 18;
+/// Multiply-adds per parallel task when fewer than four x rows (decode) meet the weights: such a matmul waits on
+/// its weight bytes, not its arithmetic, and one core alone reads about half of what both do, so tasks of 128 KiB
+/// of weights keep both cores reading even for a model's smallest (512 x 512) matrices.
+const DECODE_TASK_WORK: usize = 1 << 15;
 
 /// Copies the outputs of tasks that each took `per` weight rows (block `t`: `rows x n`, weight rows
 /// `t · per..t · per + n`) into their columns of `y` (`rows x out_dim`).
@@ -277,7 +282,8 @@ pub fn matmul_with(red: Reduction, x: &[f32], rows: usize, w: &[f32], out_dim: u
         return;
     }
     let threads = rayon::current_num_threads();
-    let tasks = (rows * out_dim * in_dim / TASK_WORK).min(4 * threads);
+    let task_work = if rows < 4 { DECODE_TASK_WORK } else { TASK_WORK };
+    let tasks = (rows * out_dim * in_dim / task_work).min(4 * threads);
     if threads < 2 || tasks < 2 {
         block_invariant(x, w, in_dim, y, out_dim);
     } else if rows >= 4 * tasks {

@@ -25,7 +25,7 @@ mod work;
 pub use activation::{silu, softmax_in_place};
 pub use attention::{attend, attend_many, push_dots, softmax_parts, weighted_sum, Scores};
 pub use exp::exp;
-pub use matmul::{dot, matmul, matmul_with};
+pub use matmul::{dot, matmul, matmul_with, LANES};
 pub use norm::rms_norm;
 pub use quant::{dequantize_row, f16_to_f32, qmatmul, qmatmul_each, QBytes, QMatrix, QType, QK};
 pub use rope::{angles as rope_angles, Rope};

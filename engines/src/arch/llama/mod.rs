@@ -135,7 +135,9 @@ pub fn bench(model: &Model, lens: &[usize], decode: usize) -> Vec<BenchRow> {
         let t1 = std::time::Instant::now();
         for step in 0..decode {
             let id = crate::sampler::argmax(&logits);
-            logits = model.forward(&mut st, &Segment::of_ids(&[id], len + step, writer));
+            // as the engine loop runs a decode step
+            logits =
+                crate::engine_loop::on_worker(|| model.forward(&mut st, &Segment::of_ids(&[id], len + step, writer)));
         }
         let dec = t1.elapsed().as_secs_f64();
         let w2 = crate::kernels::work();
