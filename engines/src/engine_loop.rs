@@ -428,7 +428,9 @@ impl<A: Arch> BundledEngine<A> {
 /// The checks every engine makes before it touches a slot, in order: the slot, the prompt's length, its ids.
 /// Runs `f` on a thread of rayon's pool (the caller waits): a decode step is a few dozen small parallel kernels,
 /// and each one started from outside the pool is a hand-off to a sleeping worker and back, where from inside it
-/// is a push onto the worker's own queue that it starts on at once.
+/// is a push onto the worker's own queue that it starts on at once. The engine loop runs each decode step this
+/// way, and every arch whose prefill does not poll its observer between layers (all but deepseek, whose
+/// observer need not be `Send`) each prefill segment.
 pub fn on_worker<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     if rayon::current_thread_index().is_some() {
         f()

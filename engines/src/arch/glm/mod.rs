@@ -16,7 +16,7 @@ use state::State;
 
 use crate::dump::{Writer, WriterKind};
 use crate::engine::Request;
-use crate::engine_loop::{Arch, ArchInfo, DeclaredReuse, Progress, Segment, Slot, Start, Step};
+use crate::engine_loop::{on_worker, Arch, ArchInfo, DeclaredReuse, Progress, Segment, Slot, Start, Step};
 use crate::error::Result;
 use crate::fault::Fault;
 
@@ -86,7 +86,7 @@ impl Arch for Model {
     }
 
     fn prefill(&self, slot: &mut Slot<State>, seg: &Segment, _: &mut Progress, _: Option<Fault>) -> Option<Vec<f32>> {
-        Some(self.forward(&mut slot.layers.kv, seg, None))
+        Some(on_worker(|| self.forward(&mut slot.layers.kv, seg, None)))
     }
 
     /// `stale-slot`: the kv length is never lowered, so decode attends to the previous conversation's rows.

@@ -26,7 +26,7 @@ use state::State;
 
 use crate::dump::{Writer, WriterKind};
 use crate::engine::{EngineInfo, Request};
-use crate::engine_loop::{Arch, ArchInfo, DeclaredReuse, Progress, Segment, Slot, Start, Step};
+use crate::engine_loop::{on_worker, Arch, ArchInfo, DeclaredReuse, Progress, Segment, Slot, Start, Step};
 use crate::error::Result;
 use crate::fault::Fault;
 use crate::prefix::{Decision, NoReuse};
@@ -174,7 +174,7 @@ impl Arch for Model {
         let rows = seg.ids.len();
         let writers = vec![seg.writer; rows];
         let batch = Batch { ids: seg.ids, pos0: seg.pos0, writers: writers.clone() };
-        let logits = self.forward(&mut st.kv, &batch, prefill_reduction(rows), 1);
+        let logits = on_worker(|| self.forward(&mut st.kv, &batch, prefill_reduction(rows), 1));
         st.drafter.feed(self, seg.ids, writers);
         st.canonical_end = seg.end();
         Some(logits)

@@ -14,7 +14,7 @@ pub use model::{Config, Model};
 use state::State;
 
 use crate::engine::{EngineInfo, Request};
-use crate::engine_loop::{Arch, ArchInfo, AudioRows, DeclaredReuse, Progress, Segment, Slot, Start, Step};
+use crate::engine_loop::{on_worker, Arch, ArchInfo, AudioRows, DeclaredReuse, Progress, Segment, Slot, Start, Step};
 use crate::error::{EngineError, Result};
 use crate::fault::Fault;
 use crate::prefix::{Decision, NoReuse};
@@ -93,7 +93,7 @@ impl Arch for Model {
         _: &mut Progress,
         fault: Option<Fault>,
     ) -> Option<Vec<f32>> {
-        Some(self.forward(&mut slot.layers, seg, fault))
+        Some(on_worker(|| self.forward(&mut slot.layers, seg, fault)))
     }
 
     /// Audio fed into the state taints the record (`no-taint`: it does not).

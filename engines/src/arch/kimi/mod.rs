@@ -14,7 +14,7 @@ pub use model::{Config, Model};
 use state::State;
 
 use crate::engine::Request;
-use crate::engine_loop::{Arch, ArchInfo, DeclaredReuse, Progress, Segment, Slot, Start, Step};
+use crate::engine_loop::{on_worker, Arch, ArchInfo, DeclaredReuse, Progress, Segment, Slot, Start, Step};
 use crate::fault::Fault;
 use crate::prefix::{Decision, NoReuse};
 
@@ -75,7 +75,7 @@ impl Arch for Model {
     }
 
     fn prefill(&self, slot: &mut Slot<State>, seg: &Segment, _: &mut Progress, _: Option<Fault>) -> Option<Vec<f32>> {
-        Some(self.forward(&mut slot.layers, seg))
+        Some(on_worker(|| self.forward(&mut slot.layers, seg)))
     }
 
     fn decode_step(&self, slot: &mut Slot<State>, _: &mut (), s: &Step, _: Option<Fault>) -> Vec<f32> {

@@ -18,7 +18,7 @@ pub use state::State;
 
 use crate::decode::Generable;
 use crate::engine::Engine;
-use crate::engine_loop::{Arch, ArchInfo, BundledEngine, DeclaredReuse, Progress, Segment, Slot, Step};
+use crate::engine_loop::{on_worker, Arch, ArchInfo, BundledEngine, DeclaredReuse, Progress, Segment, Slot, Step};
 use crate::error::Result;
 use crate::fault::Fault;
 use crate::gguf::Gguf;
@@ -53,7 +53,7 @@ impl Arch for Model {
     }
 
     fn prefill(&self, slot: &mut Slot<State>, seg: &Segment, _: &mut Progress, _: Option<Fault>) -> Option<Vec<f32>> {
-        Some(self.forward(&mut slot.layers, seg))
+        Some(on_worker(|| self.forward(&mut slot.layers, seg)))
     }
 
     fn decode_step(&self, slot: &mut Slot<State>, _: &mut (), s: &Step, _: Option<Fault>) -> Vec<f32> {
@@ -128,7 +128,10 @@ pub fn bench(model: &Model, lens: &[usize], decode: usize) -> Vec<BenchRow> {
         let t0 = std::time::Instant::now();
         let mut logits = Vec::new();
         for (i, seg) in ids.chunks(c.prefill_chunk.max(1)).enumerate() {
-            logits = model.forward(&mut st, &Segment::of_ids(seg, i * c.prefill_chunk, writer));
+            // as the engine loop runs a segment
+            logits = crate::engine_loop::on_worker(|| {
+                model.forward(&mut st, &Segment::of_ids(seg, i * c.prefill_chunk, writer))
+            });
         }
         let prefill = t0.elapsed().as_secs_f64();
         let w1 = crate::kernels::work();
