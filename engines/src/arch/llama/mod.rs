@@ -129,9 +129,7 @@ pub fn bench(model: &Model, lens: &[usize], decode: usize) -> Vec<BenchRow> {
         let mut logits = Vec::new();
         for (i, seg) in ids.chunks(c.prefill_chunk.max(1)).enumerate() {
             // as the engine loop runs a segment
-            logits = crate::engine_loop::on_worker(|| {
-                model.forward(&mut st, &Segment::of_ids(seg, i * c.prefill_chunk, writer))
-            });
+            logits = on_worker(|| model.forward(&mut st, &Segment::of_ids(seg, i * c.prefill_chunk, writer)));
         }
         let prefill = t0.elapsed().as_secs_f64();
         let w1 = crate::kernels::work();
@@ -139,8 +137,7 @@ pub fn bench(model: &Model, lens: &[usize], decode: usize) -> Vec<BenchRow> {
         for step in 0..decode {
             let id = crate::sampler::argmax(&logits);
             // as the engine loop runs a decode step
-            logits =
-                crate::engine_loop::on_worker(|| model.forward(&mut st, &Segment::of_ids(&[id], len + step, writer)));
+            logits = on_worker(|| model.forward(&mut st, &Segment::of_ids(&[id], len + step, writer)));
         }
         let dec = t1.elapsed().as_secs_f64();
         let w2 = crate::kernels::work();
