@@ -151,9 +151,9 @@ const KEY_SPLIT: usize = 256;
 const SPAN_CHUNKS: usize = 2;
 
 /// A decode step's attention (one row) over a long context, in three parallel passes: scores over blocks of keys
-/// of every kv head, the softmax per kv head, then the weighted sums per `SPAN_CHUNKS` chunks of output columns of every kv head. One
-/// task per kv head would leave a core idle whenever there are fewer kv heads than cores, or not a multiple of
-/// them, each reading its head's whole key and value sequence alone. Every output is bitwise what that path gives:
+/// of every kv head, the softmax per kv head, then the weighted sums per `SPAN_CHUNKS` chunks of output columns
+/// of every kv head. One task per kv head would leave a core idle whenever there are fewer kv heads than cores,
+/// or not a multiple of them, each reading its head's whole key and value sequence alone. Every output is bitwise what that path gives:
 /// each score is `dot`, and each column is folded over the same values in the same order.
 fn attend_one_row<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: &[P], att: &mut [f32]) {
     let Heads { width: hd, heads, group, scale } = shape;
