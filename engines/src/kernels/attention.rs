@@ -13,7 +13,7 @@ use std::ops::Range;
 use super::attention_tiles::fold;
 use super::dot_tiles::dots;
 use super::matmul::{dot4, LANES};
-use super::{dot, softmax_in_place};
+use super::{dot, softmax_scaled};
 
 /// Value rows a single-query weighted sum gathers before folding them (a stack array of row slices).
 const VALUE_BLOCK: usize = 64;
@@ -30,8 +30,7 @@ pub fn attend<'a>(
 ) {
     scores.clear();
     push_dots(q, kv.clone().map(|(k, _)| k), scores);
-    scores.iter_mut().for_each(|s| *s *= scale);
-    softmax_in_place(scores);
+    softmax_scaled(scores, scale);
     weighted_sum(scores, kv.map(|(_, v)| v), out);
 }
 
@@ -144,8 +143,7 @@ impl Scores {
     pub fn softmax(&mut self, scale: f32) {
         for r in 0..self.ranges.len() {
             let p = self.row_mut(r);
-            p.iter_mut().for_each(|x| *x *= scale);
-            softmax_in_place(p);
+            softmax_scaled(p, scale);
         }
     }
 
@@ -237,8 +235,7 @@ pub fn softmax_parts(parts: &mut [Scores], scale: f32) {
         for part in parts.iter_mut() {
             joint.extend_from_slice(part.row_mut(r));
         }
-        joint.iter_mut().for_each(|x| *x *= scale);
-        softmax_in_place(&mut joint);
+        softmax_scaled(&mut joint, scale);
         let mut at = 0;
         for part in parts.iter_mut() {
             let row = part.row_mut(r);
@@ -484,7 +481,7 @@ mod tests {
     /// The reference: every score through `dot`, every output element summed over the values in order.
     fn attend_reference(q: &[f32], kv: &[(&[f32], &[f32])], scale: f32, out: &mut [f32]) {
         let mut scores: Vec<f32> = kv.iter().map(|(k, _)| dot(q, k) * scale).collect();
-        softmax_in_place(&mut scores);
+        crate::kernels::softmax_in_place(&mut scores);
         out.iter_mut().for_each(|o| *o = 0.0);
         for (p, (_, v)) in scores.iter().zip(kv) {
             for (o, x) in out.iter_mut().zip(v.iter()) {

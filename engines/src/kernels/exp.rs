@@ -8,15 +8,17 @@
 //! rounded `eˣ` on the normal range (a test pins it); inputs below `MIN_ARG` give 0, above `MAX_ARG` infinity.
 
 /// Below this `eˣ` would be subnormal; it is flushed to 0 (a masked score, `-inf`, gets no weight).
-const MIN_ARG: f32 = -87.33;
+pub(super) const MIN_ARG: f32 = -87.33;
 /// Above this `eˣ` is within 0.3% of `f32::MAX`; it gives infinity.
-const MAX_ARG: f32 = 88.72;
-const LOG2E: f32 = std::f32::consts::LOG2_E;
+pub(super) const MAX_ARG: f32 = 88.72;
+pub(super) const LOG2E: f32 = std::f32::consts::LOG2_E;
 /// ln 2 split in two so that `n · LN2_HI` is exact for every `n` in range.
-const LN2_HI: f32 = 0.693_359_4;
-const LN2_LO: f32 = -2.121_944_4e-4;
+pub(super) const LN2_HI: f32 = 0.693_359_4;
+pub(super) const LN2_LO: f32 = -2.121_944_4e-4;
 /// 1.5 · 2²³: adding it rounds to an integer held in the low mantissa bits.
-const ROUND: f32 = 12_582_912.0;
+pub(super) const ROUND: f32 = 12_582_912.0;
+/// The polynomial's coefficients, highest degree first (Horner's order).
+pub(super) const POLY: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5];
 
 /// `eˣ`, branch-free (selects, no calls), so a loop over a slice vectorizes.
 #[inline(always)]
@@ -25,12 +27,7 @@ pub fn exp(x: f32) -> f32 {
     let t = clamped.mul_add(LOG2E, ROUND);
     let k = t - ROUND;
     let r = k.mul_add(-LN2_LO, k.mul_add(-LN2_HI, clamped));
-    let mut p = 1.987_569_1e-4f32;
-    p = p.mul_add(r, 1.398_199_9e-3);
-    p = p.mul_add(r, 8.333_452e-3);
-    p = p.mul_add(r, 4.166_579_6e-2);
-    p = p.mul_add(r, 1.666_666_5e-1);
-    p = p.mul_add(r, 0.5);
+    let p = POLY[1..].iter().fold(POLY[0], |p, c| p.mul_add(r, *c));
     let er = p.mul_add(r * r, r) + 1.0;
     // t's low bits hold n + ROUND's. n is in -126..=128 after the clamp; 2¹²⁸ is not an f32, so a positive n
     // is applied as 2ⁿ⁻¹ · 2.

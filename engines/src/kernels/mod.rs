@@ -20,9 +20,11 @@ mod qdot;
 mod qdot_avx512;
 mod quant;
 mod rope;
+#[cfg(target_arch = "x86_64")]
+mod softmax_avx512;
 mod work;
 
-pub use activation::{silu, softmax_in_place};
+pub use activation::{silu, softmax_in_place, softmax_scaled};
 pub use attention::{attend, attend_many, push_dots, softmax_parts, weighted_sum, Scores};
 pub use exp::exp;
 pub use matmul::{dot, matmul, matmul_with, LANES};
