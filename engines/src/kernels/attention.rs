@@ -274,9 +274,27 @@ fn spare_buffer(len: usize) -> Vec<f32> {
 }
 
 /// The scores of the shared indices (`keys`, starting at index `at` of each query's score row of `n`), a block of
-/// keys at a time (it stays in L1 while every query takes it): four queries at a time against four keys, then a
-/// pair against eight, then one against sixteen.
+/// keys at a time (it stays in L1 while every query takes it): on AVX-512, with a width of whole chunks, sixteen
+/// queries at a time in the lanes of a register (`lane_dots_avx512`); the rest four queries at a time against four
+/// keys, then a pair against eight, then one against sixteen.
 fn common_dots(queries: &[&[f32]], keys: &[&[f32]], at: usize, n: usize, s: &mut [f32]) {
+    let mut first = 0;
+    #[cfg(target_arch = "x86_64")]
+    if queries.first().is_some_and(|q| !q.is_empty() && q.len().is_multiple_of(LANES))
+        && std::arch::is_x86_feature_detected!("avx512f")
+    {
+        // sixteen queries at a time in the lanes of a register, a vertical tree per score
+        while queries.len() - first >= LANES {
+            let rows = &mut s[first * n..(first + LANES) * n];
+            // SAFETY: the CPU has AVX-512F
+            #[allow(unsafe_code)]
+            unsafe {
+                super::lane_dots_avx512::score_rows(&queries[first..first + LANES], keys, at, n, rows)
+            };
+            first += LANES;
+        }
+    }
+    let (queries, s) = (&queries[first..], &mut s[first * n..]);
     for (b, block) in keys.chunks(KEY_BLOCK).enumerate() {
         let at = at + b * KEY_BLOCK;
         let mut r = 0;
@@ -543,6 +561,35 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Blocks of sixteen queries and more over a shared run of keys (causal rows, GQA heads), at widths of
+        /// whole chunks and not: each query still gets `attend`'s bits.
+        #[test]
+        fn attend_many_of_many_queries_is_attend_per_query(
+            hd in prop_oneof![Just(16usize), Just(64), Just(128), 1usize..100],
+            queries in 16usize..40,
+            seed in any::<u64>(),
+        ) {
+            let keys = 300;
+            let mut r = SplitMix64::new(seed);
+            let mut v = |n: usize| -> Vec<f32> { (0..n).map(|_| r.uniform(1.0)).collect() };
+            let (qs, ks, vs) = (v(queries * hd), v(keys * hd), v(keys * hd));
+            // causal rows from 270 on, two heads a row
+            let ranges: Vec<Range<usize>> = (0..queries).map(|i| 0..270 + i / 2).collect();
+            let queries: Vec<&[f32]> = qs.chunks_exact(hd).collect();
+            let row = |j: usize| (&ks[j * hd..(j + 1) * hd], &vs[j * hd..(j + 1) * hd]);
+            let mut got = vec![f32::NAN; queries.len() * hd];
+            attend_many(&queries, &ranges, row, 0.3, &mut got);
+            for (i, (q, range)) in queries.iter().zip(&ranges).enumerate() {
+                let mut want = vec![f32::NAN; hd];
+                attend(q, range.clone().map(row), 0.3, &mut Vec::new(), &mut want);
+                prop_assert_eq!(
+                    got[i * hd..(i + 1) * hd].iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    want.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    "query {} over {:?}", i, range
+                );
+            }
+        }
+
         /// Every query of `attend_many` gets bitwise what `attend` gives it alone over its own range, whatever the
         /// other queries see: ranges that share everything (a GQA group), a causal block, sliding windows, ranges
         /// that do not meet, empty ones; any number of queries (tiles of four, two, one) and any width.

@@ -11,6 +11,8 @@ mod dot_tiles;
 #[cfg(target_arch = "x86_64")]
 mod dot_tiles_avx512;
 mod exp;
+#[cfg(target_arch = "x86_64")]
+mod lane_dots_avx512;
 mod matmul;
 #[cfg(target_arch = "x86_64")]
 mod matmul_avx512;
