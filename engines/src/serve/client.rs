@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStderr, ChildStdout, Command as Process, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::chat::TextMessage;
@@ -170,6 +170,8 @@ enum Event {
 #[derive(Debug, Default)]
 struct Tail {
     lines: VecDeque<String>,
+    /// The stderr thread has read to the end (every process holding the pipe has exited).
+    closed: bool,
 }
 
 impl Tail {
@@ -181,6 +183,32 @@ impl Tail {
     }
 }
 
+/// The tail, shared with the thread that reads stderr; the condition variable signals its end.
+#[derive(Debug, Default)]
+struct SharedTail {
+    tail: Mutex<Tail>,
+    ended: Condvar,
+}
+
+impl SharedTail {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Tail> {
+        self.tail.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The tail once stderr has ended, or as it stands after `grace`: an engine's last words (a panic message,
+    /// a wrapper's note) are often written just before it dies, and the reader thread may not have them yet.
+    fn settled(&self, grace: Duration) -> String {
+        let guard = self.lock();
+        let (tail, _) =
+            self.ended.wait_timeout_while(guard, grace, |t| !t.closed).unwrap_or_else(PoisonError::into_inner);
+        tail.lines.iter().map(String::as_str).collect::<Vec<_>>().join("\n")
+    }
+}
+
+/// How long a dead engine's stderr may take to reach its end before the tail is taken as it is (a grandchild
+/// that keeps the pipe open must not hold up the report).
+const STDERR_SETTLE: Duration = Duration::from_secs(2);
+
 /// An engine process driven over its stdin/stdout.
 #[derive(Debug)]
 pub struct StdioEngine {
@@ -189,7 +217,7 @@ pub struct StdioEngine {
     /// Dropping it closes the child's stdin (EOF: graceful shutdown).
     writer: Option<Sender<Vec<u8>>>,
     events: Receiver<Event>,
-    stderr: Arc<Mutex<Tail>>,
+    stderr: Arc<SharedTail>,
     caps: Caps,
     timeout: Duration,
     next_client_id: u64,
@@ -217,7 +245,7 @@ impl StdioEngine {
             let _ = child.wait();
             return Err(spawn_error(io::Error::other("child pipes missing")));
         };
-        let tail = Arc::new(Mutex::new(Tail::default()));
+        let tail = Arc::new(SharedTail::default());
         let (event_tx, events) = mpsc::sync_channel(FRAME_QUEUE);
         let (writer, write_rx) = mpsc::channel::<Vec<u8>>();
         let threads = start_threads(stdin, write_rx, stdout, event_tx, stderr, Arc::clone(&tail));
@@ -275,8 +303,7 @@ impl StdioEngine {
 
     /// The last lines the engine wrote on stderr.
     pub fn stderr_tail(&self) -> String {
-        let tail = self.stderr.lock().unwrap_or_else(PoisonError::into_inner);
-        tail.lines.iter().map(String::as_str).collect::<Vec<_>>().join("\n")
+        self.stderr.settled(Duration::ZERO)
     }
 
     /// Run one request to its end.
@@ -574,7 +601,7 @@ impl StdioEngine {
             command: self.command.clone(),
             waiting_for: waiting_for.to_string(),
             after: self.timeout,
-            stderr: self.stderr_tail(),
+            stderr: self.stderr.settled(STDERR_SETTLE),
         }
     }
 
@@ -584,7 +611,7 @@ impl StdioEngine {
             command: self.command.clone(),
             waiting_for: waiting_for.to_string(),
             message,
-            stderr: self.stderr_tail(),
+            stderr: self.stderr.settled(STDERR_SETTLE),
         }
     }
 
@@ -604,13 +631,11 @@ impl StdioEngine {
             None => status,
         };
         self.kill(format!("exited ({status})"));
-        // Let the stderr thread catch the last lines before the tail is taken.
-        std::thread::sleep(Duration::from_millis(20));
         ClientError::Exited {
             command: self.command.clone(),
             status,
             waiting_for: waiting_for.to_string(),
-            stderr: self.stderr_tail(),
+            stderr: self.stderr.settled(STDERR_SETTLE),
         }
     }
 }
@@ -631,7 +656,7 @@ fn start_threads(
     stdout: ChildStdout,
     event_tx: SyncSender<Event>,
     stderr: ChildStderr,
-    tail: Arc<Mutex<Tail>>,
+    tail: Arc<SharedTail>,
 ) -> io::Result<()> {
     let noise_tail = Arc::clone(&tail);
     std::thread::Builder::new().name("engine-stdin".into()).spawn(move || {
@@ -650,7 +675,7 @@ fn start_threads(
 }
 
 /// Parse stdout into events. Anything before READY is noise (banners): kept in the stderr tail, not reported.
-fn read_stdout(stdout: ChildStdout, tx: SyncSender<Event>, tail: Arc<Mutex<Tail>>) {
+fn read_stdout(stdout: ChildStdout, tx: SyncSender<Event>, tail: Arc<SharedTail>) {
     let mut reader = EngineFrameReader::new(BufReader::new(stdout));
     let mut ready = false;
     loop {
@@ -664,7 +689,7 @@ fn read_stdout(stdout: ChildStdout, tx: SyncSender<Event>, tail: Arc<Mutex<Tail>
                 Event::Frame(frame)
             }
             Ok(Some(Err(e))) if !ready => {
-                tail.lock().unwrap_or_else(PoisonError::into_inner).push(format!("[stdout before READY] {}", e.line));
+                tail.lock().push(format!("[stdout before READY] {}", e.line));
                 continue;
             }
             Ok(Some(Err(e))) => Event::Bad(e.to_string()),
@@ -679,16 +704,20 @@ fn read_stdout(stdout: ChildStdout, tx: SyncSender<Event>, tail: Arc<Mutex<Tail>
     }
 }
 
-fn read_stderr(stderr: ChildStderr, tail: Arc<Mutex<Tail>>) {
+fn read_stderr(stderr: ChildStderr, tail: Arc<SharedTail>) {
     let mut reader = BufReader::new(stderr);
     let mut line = Vec::new();
     loop {
         line.clear();
         match reader.by_ref().take(MAX_STDERR_LINE).read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => return,
+            Ok(0) | Err(_) => {
+                tail.lock().closed = true;
+                tail.ended.notify_all();
+                return;
+            }
             Ok(_) => {
                 let text = String::from_utf8_lossy(&line).trim_end().to_string();
-                tail.lock().unwrap_or_else(PoisonError::into_inner).push(text);
+                tail.lock().push(text);
             }
         }
     }
@@ -751,6 +780,19 @@ mod tests {
         let err = e.submit(&req).expect_err("exited");
         assert!(matches!(err, ClientError::Exited { .. }), "{err}");
         assert!(err.to_string().contains('3'), "{err}");
+    }
+
+    #[test]
+    fn last_words_written_after_stdout_closed_reach_the_error() {
+        // the engine's process leaves at once; a process it leaves behind writes the reason a moment later and
+        // then closes stderr (a wrapper's note, a panic hook flushing late): the tail waits for stderr's end
+        let script = r#"printf '\001\001READY\001\001\nCAPS\n'; read -r h; exec 1>&-;
+            (sleep 0.3; echo 'out of memory in layer 7' >&2) & exit 1"#;
+        let mut e = StdioEngine::spawn(&sh(script), &[], Duration::from_secs(5)).expect("spawn");
+        let req = Request { id: 1, prompt: vec![1], max_tokens: 1, ..Request::default() };
+        let err = e.submit(&req).expect_err("exited");
+        let ClientError::Exited { stderr, .. } = &err else { panic!("not an exit: {err}") };
+        assert_eq!(stderr, "out of memory in layer 7", "{err}");
     }
 
     #[test]
