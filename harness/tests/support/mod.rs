@@ -34,18 +34,28 @@ pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// An empty scratch folder named after the test binary, the process and `name`.
+/// The name of the test file that called (`cli` for cli.rs): test files that share a process (and so its id) get
+/// scratch folders of their own by it.
+#[track_caller]
+fn caller() -> String {
+    let file = Path::new(std::panic::Location::caller().file());
+    file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// An empty scratch folder named after the calling test file, the process and `name`.
+#[track_caller]
 pub fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kvproof-{}-{}-{name}", env!("CARGO_CRATE_NAME"), std::process::id()));
+    let dir = std::env::temp_dir().join(format!("kvproof-{}-{}-{name}", caller(), std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("tmp dir");
     dir
 }
 
-/// `scenarios` run in-process (no fault, no progress bars) into a scratch folder named after `name`, removed
-/// afterwards: the run's summary and trials.
+/// `scenarios` run in-process (no fault, no progress bars) into a scratch folder named after the calling test file
+/// and `name`, removed afterwards: the run's summary and trials.
+#[track_caller]
 pub fn run_in_tmp(name: &str, scenarios: &[Scenario]) -> (Summary, Vec<TrialRecord>) {
-    let out = std::env::temp_dir().join(format!("kvproof-{}-{}-{name}", env!("CARGO_CRATE_NAME"), std::process::id()));
+    let out = std::env::temp_dir().join(format!("kvproof-{}-{}-{name}", caller(), std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let opts = RunOptions { out: out.clone(), fault: None, progress: false, command: vec![] };
     let result = run_scenarios(scenarios, &opts).expect("run");
