@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-mod support;
+use crate::support;
 use support::{kvproof, text, tmp};
 
 /// Six turns on inkling/tiny crossing its initial capacity (64) twice, so capacity growth happens mid-curve.

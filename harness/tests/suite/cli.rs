@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-mod support;
+use crate::support;
 use support::{kvproof, text, tmp};
 
 fn write(dir: &Path, name: &str, body: &str) -> PathBuf {

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-mod support;
+use crate::support;
 use support::{kvproof, text, tmp};
 
 /// A three-case boundary run of the tiny bundled engine (a fraction of a second).

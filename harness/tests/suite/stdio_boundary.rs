@@ -7,7 +7,7 @@
 use kvproof::record::{CheckName, Status, TrialRecord, Verdict};
 use kvproof::scenario::{load_file, Cold, EngineSpec, Params, Scenario, Via};
 
-mod support;
+use crate::support;
 use support::{repo, run_in_tmp};
 
 const ARCHES: [&str; 5] = ["deepseek", "glm", "glm53", "inkling", "kimi"];

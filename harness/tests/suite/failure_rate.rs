@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-mod support;
+use crate::support;
 use support::{kvproof, text, tmp};
 
 /// 24 stress pairs on deepseek/tiny whose failure rate may be at most 30%, the rate check required.

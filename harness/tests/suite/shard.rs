@@ -2,7 +2,7 @@
 //! shards merged back, and with two workers gives the same trials, line for line, and the same verdicts, counts
 //! and bounds; merge refuses a missing, duplicate or foreign shard and a folder that is no shard.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

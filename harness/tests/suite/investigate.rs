@@ -14,7 +14,7 @@ use kvproof_engines::dump::StateDump;
 use kvproof_engines::engine::Request;
 use kvproof_engines::fault::Fault;
 
-mod support;
+use crate::support;
 use support::repo;
 
 /// (id, slot, prompt) of a request.

@@ -3,7 +3,7 @@
 use kvproof::plot::bounds::{self, BoundBar};
 use kvproof::plot::lines::{self, LineChart, Series};
 
-mod support;
+use crate::support;
 use support::tmp;
 
 #[test]

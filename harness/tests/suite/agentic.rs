@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-mod support;
+use crate::support;
 use support::{kvproof, text, tmp};
 
 /// The PR gate's agentic scenario, cut to two sessions (one per task) of three turns so a debug build runs it fast.

@@ -2,7 +2,7 @@
 //! DONE, DATA past `max_tokens`, a line that never ends, a dump whose contents lie (read as an error, or making a
 //! check panic) each make an `error` trial naming what happened, while every other trial runs, results.jsonl keeps
 //! every line and the summary is written. An engine's ERROR detail reaches the record and the summary.
-//! `tests/support/misbehave.sh` stands between the harness and a real `kvproof-engine` and misbehaves on cue.
+//! `tests/suite/support/misbehave.sh` stands between the harness and a real `kvproof-engine` and misbehaves on cue.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -23,7 +23,7 @@ fn engine_command() -> Vec<String> {
 }
 
 fn misbehaving(mode: &str, after: usize, arg: &str) -> Vec<String> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/misbehave.sh");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/suite/support/misbehave.sh");
     let mut c = vec![script.to_string_lossy().into_owned(), mode.into(), after.to_string(), arg.into()];
     c.extend(engine_command());
     c

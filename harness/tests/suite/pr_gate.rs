@@ -11,7 +11,7 @@ use kvproof::report;
 use kvproof::scenario::{load_file, load_paths, CaseName, EngineSpec, Kind, Params, Scenario, Via};
 use kvproof::session::{run_scenarios, RunOptions};
 
-mod support;
+use crate::support;
 use support::repo;
 
 const ARCHES: [&str; 5] = ["deepseek", "glm", "glm53", "inkling", "kimi"];

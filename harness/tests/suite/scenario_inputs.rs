@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-mod support;
+use crate::support;
 use support::{engine_binary, kvproof, text, tmp};
 
 fn run(dir: &Path, scenario: &str) -> (PathBuf, Output) {

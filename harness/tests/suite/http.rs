@@ -16,7 +16,7 @@ use kvproof::scenario::{load_str, Scenario};
 use kvproof_engines::chat::TextMessage;
 use serde_json::{json, Value};
 
-mod support;
+use crate::support;
 use support::{engine_binary, run_in_tmp};
 
 /// `kvproof-engine ARGS --http PORT`, stopped when dropped.

@@ -2,7 +2,7 @@
 //! by the real writers. The mutation runs over them are
 //! harness/tests/fuzz_bounded.rs (bounded, every `cargo test`) and ci/fuzz.sh (libFuzzer, long).
 //!
-//! `cargo test -p kvproof --test fuzz_corpus -- --ignored write_seed_corpus` regenerates the seeds from the real
+//! `cargo test -p kvproof --test suite -- --ignored fuzz_corpus::write_seed_corpus` regenerates the seeds from the real
 //! writers (the bundled engine's dump, the dump writer, the GGUF builder, the safetensors serializer).
 
 use std::collections::HashMap;

@@ -12,7 +12,7 @@ use kvproof_engines::fault::Fault;
 use kvproof_engines::tokenizer::{EOS, ROLE_ASSISTANT, ROLE_USER};
 use kvproof_engines::{bundled, dump, fixture};
 
-mod support;
+use crate::support;
 use support::tmp;
 
 fn inkling(fault: Option<Fault>) -> Box<dyn Engine> {

@@ -9,12 +9,12 @@ use kvproof::scenario::load_str;
 use kvproof::session::{run_scenarios, RunOptions};
 use quick_junit::{NonSuccessKind, Report, TestCaseStatus};
 
-mod support;
+use crate::support;
 use support::engine_binary;
 
-/// An inkling engine over stdio whose warm process is killed at its third request (tests/support/die-after.sh).
+/// An inkling engine over stdio whose warm process is killed at its third request (tests/suite/support/die-after.sh).
 fn dying_engine() -> Vec<String> {
-    let wrapper = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/die-after.sh");
+    let wrapper = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/suite/support/die-after.sh");
     let engine = engine_binary().to_string_lossy().into_owned();
     [wrapper.to_string_lossy().as_ref(), "die", "2", &engine, "--arch", "inkling", "--preset", "tiny"]
         .map(String::from)

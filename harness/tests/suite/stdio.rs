@@ -9,11 +9,11 @@ use kvproof::report::{self, results};
 use kvproof::scenario::load_str;
 use kvproof::session::{run_scenarios, RunOptions};
 
-mod support;
+use crate::support;
 use support::engine_binary;
 
 fn wrapper() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/die-after.sh")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/suite/support/die-after.sh")
 }
 
 fn out_dir(name: &str) -> PathBuf {

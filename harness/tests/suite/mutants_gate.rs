@@ -3,7 +3,7 @@
 //! then runs one scenario per fault, and a stale map whose choice no longer kills (survived, with the command that
 //! re-records the map).
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

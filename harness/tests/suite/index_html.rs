@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-mod support;
+use crate::support;
 use support::{kvproof, repo, text, tmp};
 
 /// A run with a growth curve, semantic staleness and a bounded stress scenario (tiny engines, a few seconds).

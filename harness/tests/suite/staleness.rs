@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-mod support;
+use crate::support;
 use support::{kvproof, text, tmp};
 
 fn scenario(dir: &Path, arch: &str, cases: usize) -> PathBuf {

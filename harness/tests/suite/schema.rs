@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-mod support;
+use crate::support;
 use support::repo;
 
 const REGENERATE: &str = "cargo run -- schema > scenarios/schema.json";

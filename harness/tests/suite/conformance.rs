@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use kvproof::conformance::{self, Options, Report, Status};
 
-mod support;
+use crate::support;
 use support::engine_binary;
 
 fn check(command: &[String], timeout: Duration) -> Report {
