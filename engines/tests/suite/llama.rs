@@ -27,7 +27,7 @@ struct Case {
 }
 
 fn goldens() -> Vec<Case> {
-    let text = include_str!("data/smollm2-goldens.json");
+    let text = include_str!("../data/smollm2-goldens.json");
     let v: Value = serde_json::from_str(text).expect("golden JSON");
     let ids = |v: &Value| v.as_array().expect("array").iter().map(|i| i.as_u64().expect("id") as u32).collect();
     v["cases"]

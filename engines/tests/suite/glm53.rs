@@ -2,7 +2,7 @@
 //! reply crossing a grid boundary, capacity growth), warm equal to cold bit for bit, the kernels NOT being
 //! batch-invariant, the drafter's exactness, and the cache-off switch reproducing the cold path.
 
-mod common;
+use crate::common;
 
 use common::*;
 

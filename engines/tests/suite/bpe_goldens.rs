@@ -28,7 +28,7 @@ struct Golden {
 #[ignore = "needs SmolLM2: bash ci/fetch-smollm2.sh, then KVPROOF_CACHE=<cache> cargo test -- --ignored"]
 fn agrees_with_llama_cpp_on_every_golden_string() {
     let t = model();
-    let goldens = include_str!("../../ci/goldens/tokenize.jsonl");
+    let goldens = include_str!("../../../ci/goldens/tokenize.jsonl");
     let mut per_cat: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     let mut failures = Vec::new();
     let mut n = 0;
@@ -130,7 +130,7 @@ fn any_bytes_and_huge_inputs_encode_without_panic() {
     let word_time = start.elapsed();
     assert!(!ids.is_empty() && t.bpe.decode(&ids) == word.as_bytes());
     let mut mixed = String::new();
-    for line in include_str!("../../ci/goldens/tokenize.jsonl").lines() {
+    for line in include_str!("../../../ci/goldens/tokenize.jsonl").lines() {
         let g: Golden = serde_json::from_str(line).expect("golden line");
         mixed.push_str(&g.text);
         if mixed.len() > 1 << 20 {

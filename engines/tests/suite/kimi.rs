@@ -1,7 +1,7 @@
 //! Kimi end to end: chunking invariance, layer kinds and what they dump, warm vs cold continuation across capacity
 //! growth, the strict-prefix rule, failure paths that taint, and state bytes that follow the context length.
 
-mod common;
+use crate::common;
 
 use common::*;
 

@@ -1,7 +1,7 @@
 //! Inkling's own behaviour: ring vs full cache, continuation past the window and across growth, audio taint.
 //! What every engine does is in conformance.rs, its faults in faults.rs.
 
-mod common;
+use crate::common;
 
 use common::*;
 

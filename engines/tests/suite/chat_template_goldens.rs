@@ -6,7 +6,7 @@
 use kvproof_engines::chat::TextMessage;
 use kvproof_engines::chat_template::ChatTemplate;
 
-const TEMPLATE: &str = include_str!("../../ci/goldens/chat_template.jinja");
+const TEMPLATE: &str = include_str!("../../../ci/goldens/chat_template.jinja");
 
 fn smollm2() -> ChatTemplate {
     ChatTemplate::new(TEMPLATE, "<|im_start|>", "<|im_end|>").expect("template parses")
@@ -27,7 +27,7 @@ struct Golden {
 fn renders_as_llama_cpp_does() {
     let t = smollm2();
     let mut n = 0;
-    for line in include_str!("../../ci/goldens/chat.jsonl").lines() {
+    for line in include_str!("../../../ci/goldens/chat.jsonl").lines() {
         let g: Golden = serde_json::from_str(line).expect("golden line");
         let got = t.render(&g.messages, g.add_generation_prompt).expect("renders");
         assert_eq!(got, g.prompt, "messages {:?}", g.messages);

@@ -7,7 +7,7 @@
 //! record, the rows it claims). A memory scenario runs a conversation and compares the state's bytes each turn
 //! with those of a fresh slot of the same capacity.
 
-mod common;
+use crate::common;
 
 use common::{exact_on, fed, first_difference, ids, open, req, text, CancelAt};
 use kvproof_engines::bundled;

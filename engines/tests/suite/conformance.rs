@@ -6,7 +6,7 @@
 //!
 //! Where archs differ (how much of an edited prompt they reuse), `expected_reuse` states each arch's rule.
 
-mod common;
+use crate::common;
 
 use common::{
     assert_same_rows, config, fed, lcp, logits_of, open, req, rows_of, text, warm_equals_cold, ProgressAt, TokenAt,

@@ -2,7 +2,7 @@
 //! pinned slots with interleaved conversations, cross-slot sharing by copied rows, batch invariance (decode rows
 //! equal prefill rows), capacity growth — each warm turn equal to a cold engine's, bit for bit.
 
-mod common;
+use crate::common;
 
 use common::*;
 

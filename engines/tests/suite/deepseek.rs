@@ -1,7 +1,7 @@
 //! DeepSeek end to end: chunking invariance, the compressor's block structure, warm vs cold continuation across the
 //! window and capacity growth, the strict-prefix rule, and failure paths that taint.
 
-mod common;
+use crate::common;
 
 use common::*;
 
