@@ -522,6 +522,35 @@ mod tests {
 
     /// Every step width of the weighted sums (16, 8, 4 and 1 chunks, and the tail) at least once, whatever the
     /// proptest below happens to draw.
+    /// Random queries (one per range), keys and values of width `hd`: every query's `attend_many` output is
+    /// bitwise what `attend` gives it alone over its own range.
+    fn assert_attend_many_is_attend_per_query(
+        hd: usize,
+        keys: usize,
+        ranges: &[Range<usize>],
+        seed: u64,
+    ) -> Result<(), TestCaseError> {
+        let mut r = SplitMix64::new(seed);
+        let mut v = |n: usize| -> Vec<f32> { (0..n).map(|_| r.uniform(1.0)).collect() };
+        let (qs, ks, vs) = (v(ranges.len() * hd), v(keys * hd), v(keys * hd));
+        let queries: Vec<&[f32]> = qs.chunks_exact(hd).collect();
+        let row = |j: usize| (&ks[j * hd..(j + 1) * hd], &vs[j * hd..(j + 1) * hd]);
+        let mut got = vec![f32::NAN; queries.len() * hd];
+        attend_many(&queries, ranges, row, 0.3, &mut got);
+        for (i, (q, range)) in queries.iter().zip(ranges).enumerate() {
+            let mut want = vec![f32::NAN; hd];
+            attend(q, range.clone().map(row), 0.3, &mut Vec::new(), &mut want);
+            prop_assert_eq!(
+                got[i * hd..(i + 1) * hd].iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                want.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                "query {} over {:?}",
+                i,
+                range
+            );
+        }
+        Ok(())
+    }
+
     #[test]
     fn every_weighted_sum_width_matches_reference() {
         for hd in [8, 32, 64, 128, 136, 160, 200, 256, 263] {
@@ -569,25 +598,9 @@ mod tests {
             queries in 16usize..40,
             seed in any::<u64>(),
         ) {
-            let keys = 300;
-            let mut r = SplitMix64::new(seed);
-            let mut v = |n: usize| -> Vec<f32> { (0..n).map(|_| r.uniform(1.0)).collect() };
-            let (qs, ks, vs) = (v(queries * hd), v(keys * hd), v(keys * hd));
             // causal rows from 270 on, two heads a row
             let ranges: Vec<Range<usize>> = (0..queries).map(|i| 0..270 + i / 2).collect();
-            let queries: Vec<&[f32]> = qs.chunks_exact(hd).collect();
-            let row = |j: usize| (&ks[j * hd..(j + 1) * hd], &vs[j * hd..(j + 1) * hd]);
-            let mut got = vec![f32::NAN; queries.len() * hd];
-            attend_many(&queries, &ranges, row, 0.3, &mut got);
-            for (i, (q, range)) in queries.iter().zip(&ranges).enumerate() {
-                let mut want = vec![f32::NAN; hd];
-                attend(q, range.clone().map(row), 0.3, &mut Vec::new(), &mut want);
-                prop_assert_eq!(
-                    got[i * hd..(i + 1) * hd].iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-                    want.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-                    "query {} over {:?}", i, range
-                );
-            }
+            assert_attend_many_is_attend_per_query(hd, 300, &ranges, seed)?;
         }
 
         /// Every query of `attend_many` gets bitwise what `attend` gives it alone over its own range, whatever the
@@ -601,23 +614,8 @@ mod tests {
         ) {
             // more keys than one block of `KEY_BLOCK`
             let keys = 150;
-            let mut r = SplitMix64::new(seed);
-            let mut v = |n: usize| -> Vec<f32> { (0..n).map(|_| r.uniform(1.0)).collect() };
-            let (qs, ks, vs) = (v(ranges.len() * hd), v(keys * hd), v(keys * hd));
             let ranges: Vec<Range<usize>> = ranges.iter().map(|&(a, b)| a.min(b)..a.max(b)).collect();
-            let queries: Vec<&[f32]> = qs.chunks_exact(hd).collect();
-            let row = |j: usize| (&ks[j * hd..(j + 1) * hd], &vs[j * hd..(j + 1) * hd]);
-            let mut got = vec![f32::NAN; queries.len() * hd];
-            attend_many(&queries, &ranges, row, 0.3, &mut got);
-            for (i, (q, range)) in queries.iter().zip(&ranges).enumerate() {
-                let mut want = vec![f32::NAN; hd];
-                attend(q, range.clone().map(row), 0.3, &mut Vec::new(), &mut want);
-                prop_assert_eq!(
-                    got[i * hd..(i + 1) * hd].iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-                    want.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-                    "query {} over {:?}", i, range
-                );
-            }
+            assert_attend_many_is_attend_per_query(hd, keys, &ranges, seed)?;
         }
     }
 }

@@ -1,8 +1,6 @@
 //! Helpers every engines test file shares: opening an engine, building requests, observers, and the one state
 //! comparison (`diff`, through `kvproof_engines::state_diff`).
 
-#![allow(dead_code)] // each test binary uses its own part
-
 use kvproof_engines::bundled::{self, ModelConfig};
 use kvproof_engines::chat::{render, Message, Role};
 use kvproof_engines::config::Preset;

@@ -1,9 +1,6 @@
 //! What the integration tests share: the built `kvproof` and `kvproof-engine`, the repository's root, a fresh
 //! scratch folder per test, scenarios run in-process, and a command's output as one text for assertion messages.
 
-// each test binary uses the part it needs
-#![allow(dead_code)]
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
