@@ -104,7 +104,7 @@ fn q4_1_filled(out: usize, inp: usize) -> QMatrix {
             *q = ((i * 7 + j * 13) % 251) as u8;
         }
     });
-    QMatrix::new(QType::Q4_1, out, inp, crate::kernels::QBytes::Owned(bytes.into())).expect("whole blocks")
+    QMatrix::from_vec(QType::Q4_1, out, inp, bytes).expect("whole blocks")
 }
 
 fn filled(n: usize, m: usize) -> Vec<f32> {

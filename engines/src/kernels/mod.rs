@@ -11,6 +11,7 @@ mod dot_tiles;
 #[cfg(target_arch = "x86_64")]
 mod dot_tiles_avx512;
 mod exp;
+mod interleaved;
 #[cfg(target_arch = "x86_64")]
 mod lane_dots_avx512;
 mod matmul;
@@ -20,6 +21,8 @@ mod norm;
 mod qdot;
 #[cfg(target_arch = "x86_64")]
 mod qdot_avx512;
+#[cfg(target_arch = "x86_64")]
+mod qdot_x4_avx512;
 mod quant;
 mod rope;
 #[cfg(target_arch = "x86_64")]

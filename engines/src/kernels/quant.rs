@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
+use super::interleaved;
 use super::matmul::block_invariant;
 use super::qdot::{dot_tile, QActs};
 
@@ -131,29 +132,60 @@ pub struct QMatrix {
     weights: Weights,
 }
 
-/// How a matrix's weights are held: quantized blocks as laid out in the file, f32 rows decoded once into their
-/// own line-aligned block (the f32 kernel reads them in place, 64 bytes at a time, with no copy per call).
+/// How a matrix's weights are held: quantized blocks as laid out in the file; on a CPU with the VNNI kernel,
+/// quantized blocks with four rows interleaved (`interleaved`: the same bytes in an order one pass reads four rows
+/// from, rewritten once at load); f32 rows decoded once into their own line-aligned block (the f32 kernel reads
+/// them in place, 64 bytes at a time, with no copy per call).
 #[derive(Debug, Clone)]
 enum Weights {
     Blocks(QBytes),
+    Interleaved(Arc<[u8]>),
     F32(Arc<Vec<f32>>),
 }
 
 impl Weights {
-    fn of(ty: QType, bytes: QBytes) -> Weights {
+    fn of(ty: QType, out_dim: usize, bytes: QBytes) -> Weights {
         match ty {
-            QType::F32 => {
-                let values = bytes.as_slice().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-                Weights::F32(Arc::new(values.collect()))
-            }
+            QType::F32 => Self::f32_of(bytes.as_slice()),
+            // rewritten into memory of its own (a memory-mapped file's pages are read once, here)
+            _ if Self::interleaves(ty, out_dim) => Self::of_vec(ty, out_dim, bytes.as_slice().to_vec()),
             _ => Weights::Blocks(bytes),
         }
+    }
+
+    /// `of` for bytes the matrix may rewrite in place.
+    fn of_vec(ty: QType, out_dim: usize, bytes: Vec<u8>) -> Weights {
+        match ty {
+            QType::F32 => Self::f32_of(&bytes),
+            _ if Self::interleaves(ty, out_dim) => {
+                let row_bytes = bytes.len() / out_dim;
+                Weights::Interleaved(interleaved::interleave(ty, bytes, row_bytes).into())
+            }
+            _ => Weights::Blocks(QBytes::Owned(bytes.into())),
+        }
+    }
+
+    fn f32_of(bytes: &[u8]) -> Weights {
+        let values = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        Weights::F32(Arc::new(values.collect()))
+    }
+
+    /// Whether a block matrix of `out_dim` rows is held interleaved: the VNNI kernel is there to read it, and the
+    /// rows come in whole groups of four.
+    fn interleaves(ty: QType, out_dim: usize) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if ty != QType::F32 && out_dim > 0 && out_dim.is_multiple_of(interleaved::ROWS) {
+            return super::qdot_avx512::available();
+        }
+        let _ = (ty, out_dim);
+        false
     }
 
     /// Bytes the weights take in their format (what a pass over them reads).
     fn len_bytes(&self) -> usize {
         match self {
             Weights::Blocks(b) => b.as_slice().len(),
+            Weights::Interleaved(b) => b.len(),
             Weights::F32(v) => 4 * v.len(),
         }
     }
@@ -162,17 +194,26 @@ impl Weights {
 impl QMatrix {
     /// `bytes` must hold exactly `out_dim` rows of `in_dim` weights of type `ty`.
     pub fn new(ty: QType, out_dim: usize, in_dim: usize, bytes: QBytes) -> Result<Self, String> {
+        Self::check_size(ty, out_dim, in_dim, bytes.as_slice().len())?;
+        Ok(QMatrix { ty, out_dim, in_dim, weights: Weights::of(ty, out_dim, bytes) })
+    }
+
+    /// `new` for bytes the matrix takes over (rewritten in place where it holds them interleaved, with no copy).
+    pub fn from_vec(ty: QType, out_dim: usize, in_dim: usize, bytes: Vec<u8>) -> Result<Self, String> {
+        Self::check_size(ty, out_dim, in_dim, bytes.len())?;
+        Ok(QMatrix { ty, out_dim, in_dim, weights: Weights::of_vec(ty, out_dim, bytes) })
+    }
+
+    /// Whether `len` bytes are exactly `out_dim` rows of `in_dim` weights of type `ty`.
+    fn check_size(ty: QType, out_dim: usize, in_dim: usize, len: usize) -> Result<(), String> {
         if !in_dim.is_multiple_of(ty.block()) {
             return Err(format!("rows of {in_dim} weights are not whole {ty:?} blocks"));
         }
         let want = out_dim.checked_mul(ty.row_bytes(in_dim)).ok_or("size overflows")?;
-        if bytes.as_slice().len() != want {
-            return Err(format!(
-                "{} bytes for {out_dim} x {in_dim} {ty:?} weights, expected {want}",
-                bytes.as_slice().len()
-            ));
+        if len != want {
+            return Err(format!("{len} bytes for {out_dim} x {in_dim} {ty:?} weights, expected {want}"));
         }
-        Ok(QMatrix { ty, out_dim, in_dim, weights: Weights::of(ty, bytes) })
+        Ok(())
     }
 
     /// A matrix quantized from f32 rows (tests and synthetic models): Q8_0 and Q4_1 rounded to nearest.
@@ -205,22 +246,26 @@ impl QMatrix {
                 }
             }
         }
-        QMatrix { ty, out_dim, in_dim, weights: Weights::of(ty, QBytes::Owned(out.into())) }
+        QMatrix { ty, out_dim, in_dim, weights: Weights::of_vec(ty, out_dim, out) }
     }
 
     /// The matrix's bytes in its format, row after row.
     pub fn raw_bytes(&self) -> std::borrow::Cow<'_, [u8]> {
         match &self.weights {
             Weights::Blocks(b) => b.as_slice().into(),
+            Weights::Interleaved(b) => {
+                let rb = self.row_bytes();
+                (0..self.out_dim).flat_map(|o| interleaved::row(self.ty, b, rb, o)).collect::<Vec<u8>>().into()
+            }
             Weights::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>().into(),
         }
     }
 
-    /// The quantized blocks (every type but F32).
+    /// The quantized blocks in the file's layout (every type but F32, when not interleaved).
     fn blocks(&self) -> &[u8] {
         match &self.weights {
             Weights::Blocks(b) => b.as_slice(),
-            Weights::F32(_) => panic!("an F32 matrix has no blocks"),
+            Weights::Interleaved(_) | Weights::F32(_) => panic!("no blocks in the file's layout"),
         }
     }
 
@@ -253,6 +298,12 @@ impl QMatrix {
                 let bytes = &b.as_slice()[o0 * rb..(o0 + n) * rb];
                 for (r, b) in out.chunks_exact_mut(self.in_dim).zip(bytes.chunks_exact(rb)) {
                     dequantize_row(self.ty, b, r);
+                }
+            }
+            Weights::Interleaved(b) => {
+                let rb = self.row_bytes();
+                for (i, r) in out.chunks_exact_mut(self.in_dim).enumerate() {
+                    dequantize_row(self.ty, &interleaved::row(self.ty, b, rb, o0 + i), r);
                 }
             }
         }
@@ -307,7 +358,7 @@ pub fn qmatmul_each(x: &[f32], rows: usize, outs: &mut [(&QMatrix, &mut [f32])])
         for (w, y) in outs.iter_mut() {
             match &w.weights {
                 Weights::F32(wf) => f32_matmul(x, rows, wf, w.out_dim, w.in_dim, y),
-                Weights::Blocks(_) => blocks_matmul(x, rows, &mut [(*w, &mut **y)]),
+                Weights::Blocks(_) | Weights::Interleaved(_) => blocks_matmul(x, rows, &mut [(*w, &mut **y)]),
             }
         }
         return;
@@ -354,6 +405,10 @@ fn blocks_matmul(x: &[f32], rows: usize, outs: &mut [(&QMatrix, &mut [f32])]) {
 /// decode) one at a time against 4 weight rows — each element the same bits either way.
 fn group(w: &QMatrix, xq: &QActs, o0: usize, part: &mut [f32]) {
     let (ty, rb, rows) = (w.ty, w.row_bytes(), xq.rows);
+    #[cfg(target_arch = "x86_64")]
+    if let Weights::Interleaved(b) = &w.weights {
+        return interleaved_group(ty, &b[o0 * rb..], rb, xq, part);
+    }
     let bytes = &w.blocks()[o0 * rb..];
     #[cfg(target_arch = "x86_64")]
     if super::qdot_avx512::available() {
@@ -409,6 +464,52 @@ fn vnni_group(ty: QType, bytes: &[u8], rb: usize, xq: &QActs, part: &mut [f32]) 
             _ => vnni_rows::<1>(ty, bytes, rb, xq, r, part),
         };
     }
+}
+
+/// One group's results (`part`, `rows x n`) from interleaved weights (`bytes`: from the group's first row on) on
+/// the VNNI kernel: four weight rows at a time against 8 activation rows at a time (then 4, then 1).
+#[cfg(target_arch = "x86_64")]
+fn interleaved_group(ty: QType, bytes: &[u8], rb: usize, xq: &QActs, part: &mut [f32]) {
+    let rows = xq.rows;
+    let n = part.len() / rows;
+    let mut r = 0;
+    while r < rows {
+        r += match rows - r {
+            8.. => interleaved_rows::<8>(ty, bytes, rb, xq, r, n, part),
+            4.. => interleaved_rows::<4>(ty, bytes, rb, xq, r, n, part),
+            _ => interleaved_rows::<1>(ty, bytes, rb, xq, r, n, part),
+        };
+    }
+}
+
+/// Activation rows `r..r + R` of one group on interleaved weights; returns `R`.
+#[cfg(target_arch = "x86_64")]
+fn interleaved_rows<const R: usize>(
+    ty: QType,
+    bytes: &[u8],
+    rb: usize,
+    xq: &QActs,
+    r: usize,
+    n: usize,
+    part: &mut [f32],
+) -> usize {
+    let step = interleaved::ROWS;
+    let mut out = [[0.0f32; R]; 4];
+    for o in (0..n).step_by(step) {
+        // SAFETY: the CPU has the kernel's features (interleaved weights exist only where `available`), the
+        // group holds four rows of `xq`'s length (`QMatrix::new` checked the bytes; `n` is a multiple of four as
+        // `GROUP` and the matrix's rows are), rows `r..r + R` exist
+        #[allow(unsafe_code)]
+        unsafe {
+            super::qdot_x4_avx512::tile::<R>(ty, &bytes[o * rb..(o + step) * rb], xq, r, &mut out)
+        };
+        for (c, col) in out.iter().enumerate() {
+            for (i, &v) in col.iter().enumerate() {
+                part[(r + i) * n + o + c] = v;
+            }
+        }
+    }
+    R
 }
 
 /// Activation rows `r..r + R` of one group on the VNNI kernel; returns `R`.
@@ -500,7 +601,7 @@ mod tests {
         }
         let xq = QActs::quantize(xr, 1, w.in_dim);
         let rb = w.row_bytes();
-        dot_reference(ty, &w.blocks()[o * rb..(o + 1) * rb], xq.row(0))
+        dot_reference(ty, &w.raw_bytes()[o * rb..(o + 1) * rb], xq.row(0))
     }
 
     proptest! {
