@@ -3,7 +3,8 @@
 //! run of bytes — its scales side by side (one load, one conversion) and its weights in one 512-bit register.
 //!
 //! A group of four rows takes exactly the bytes its rows took in the file, so a matrix is interleaved group by
-//! group in place. Per block of a group (`g` rows `4g..4g + 4`):
+//! group in place; the last rows past a multiple of four stay as they were. Per block of a group (`g`: rows
+//! `4g..4g + 4`):
 //! - Q4_1, 80 bytes: `d₀ d₁ d₂ d₃` (f16), `m₀ m₁ m₂ m₃` (f16), then each row's 16 nibble bytes, row after row.
 //! - Q8_0, 136 bytes: `d₀ d₁ d₂ d₃` (f16), then each row's 32 weights, row after row, each stored `q + 128` as an
 //!   unsigned byte (`q ^ 0x80`), so the kernel multiplies unsigned weights by signed activations directly.
@@ -72,9 +73,9 @@ fn block_of(ty: QType, group: &[u8], c: usize, b: usize, out: &mut [u8]) {
     }
 }
 
-/// A matrix's rows (`out_dim` rows of `row_bytes`, as in the file; `out_dim` a multiple of 4) interleaved.
+/// A matrix's rows (`row_bytes` each, as in the file) interleaved four by four; the rows past the last whole
+/// group as they were.
 pub fn interleave(ty: QType, mut rows: Vec<u8>, row_bytes: usize) -> Vec<u8> {
-    assert!(rows.len().is_multiple_of(ROWS * row_bytes), "whole groups of four rows");
     let mut scratch = Vec::with_capacity(ROWS * row_bytes);
     for group in rows.chunks_exact_mut(ROWS * row_bytes) {
         interleave_group(ty, group, &mut scratch);
@@ -84,6 +85,10 @@ pub fn interleave(ty: QType, mut rows: Vec<u8>, row_bytes: usize) -> Vec<u8> {
 
 /// Row `o` in the file's layout (`row_bytes` long) from the interleaved bytes.
 pub fn row(ty: QType, interleaved: &[u8], row_bytes: usize, o: usize) -> Vec<u8> {
+    if (o / ROWS + 1) * ROWS * row_bytes > interleaved.len() {
+        // past the last whole group: as in the file
+        return interleaved[o * row_bytes..(o + 1) * row_bytes].to_vec();
+    }
     let bb = ty.row_bytes(QK);
     let group = &interleaved[o / ROWS * ROWS * row_bytes..(o / ROWS + 1) * ROWS * row_bytes];
     let mut out = vec![0u8; row_bytes];
@@ -102,7 +107,7 @@ mod tests {
     #[test]
     fn every_row_comes_back_as_it_was() {
         for ty in [QType::Q4_1, QType::Q8_0] {
-            let (out_dim, in_dim) = (8, 3 * QK);
+            let (out_dim, in_dim) = (11, 3 * QK);
             let file = QMatrix::quantize(ty, &random(out_dim * in_dim, 7), out_dim, in_dim).raw_bytes().to_vec();
             let rb = ty.row_bytes(in_dim);
             let inter = interleave(ty, file.clone(), rb);

@@ -170,11 +170,11 @@ impl Weights {
         Weights::F32(Arc::new(values.collect()))
     }
 
-    /// Whether a block matrix of `out_dim` rows is held interleaved: the VNNI kernel is there to read it, and the
-    /// rows come in whole groups of four.
+    /// Whether a block matrix of `out_dim` rows is held interleaved: the VNNI kernel is there to read it, and
+    /// there is at least one whole group of four rows (rows past the last whole group stay in the file's layout).
     fn interleaves(ty: QType, out_dim: usize) -> bool {
         #[cfg(target_arch = "x86_64")]
-        if ty != QType::F32 && out_dim > 0 && out_dim.is_multiple_of(interleaved::ROWS) {
+        if ty != QType::F32 && out_dim >= interleaved::ROWS {
             return super::qdot_avx512::available();
         }
         let _ = (ty, out_dim);
@@ -407,7 +407,18 @@ fn group(w: &QMatrix, xq: &QActs, o0: usize, part: &mut [f32]) {
     let (ty, rb, rows) = (w.ty, w.row_bytes(), xq.rows);
     #[cfg(target_arch = "x86_64")]
     if let Weights::Interleaved(b) = &w.weights {
-        return interleaved_group(ty, &b[o0 * rb..], rb, xq, part);
+        let n = part.len() / rows;
+        // rows of whole groups of four, then the matrix's last rows (fewer than four, in the file's layout)
+        let whole = (w.out_dim / interleaved::ROWS * interleaved::ROWS).saturating_sub(o0).min(n);
+        interleaved_group(ty, &b[o0 * rb..], rb, xq, whole, part);
+        if whole < n {
+            let mut tail = vec![0.0f32; rows * (n - whole)];
+            vnni_group(ty, &b[(o0 + whole) * rb..], rb, xq, &mut tail);
+            for (pr, tr) in part.chunks_exact_mut(n).zip(tail.chunks_exact(n - whole)) {
+                pr[whole..].copy_from_slice(tr);
+            }
+        }
+        return;
     }
     let bytes = &w.blocks()[o0 * rb..];
     #[cfg(target_arch = "x86_64")]
@@ -466,18 +477,19 @@ fn vnni_group(ty: QType, bytes: &[u8], rb: usize, xq: &QActs, part: &mut [f32]) 
     }
 }
 
-/// One group's results (`part`, `rows x n`) from interleaved weights (`bytes`: from the group's first row on) on
-/// the VNNI kernel: four weight rows at a time against 8 activation rows at a time (then 4, then 1).
+/// The first `whole` columns (a multiple of four) of one group's results (`part`, `rows x n`) from interleaved
+/// weights (`bytes`: from the group's first row on) on the VNNI kernel: four weight rows at a time against 8
+/// activation rows at a time (then 4, then 1).
 #[cfg(target_arch = "x86_64")]
-fn interleaved_group(ty: QType, bytes: &[u8], rb: usize, xq: &QActs, part: &mut [f32]) {
+fn interleaved_group(ty: QType, bytes: &[u8], rb: usize, xq: &QActs, whole: usize, part: &mut [f32]) {
     let rows = xq.rows;
     let n = part.len() / rows;
     let mut r = 0;
     while r < rows {
         r += match rows - r {
-            8.. => interleaved_rows::<8>(ty, bytes, rb, xq, r, n, part),
-            4.. => interleaved_rows::<4>(ty, bytes, rb, xq, r, n, part),
-            _ => interleaved_rows::<1>(ty, bytes, rb, xq, r, n, part),
+            8.. => interleaved_rows::<8>(ty, bytes, rb, xq, r, (whole, n), part),
+            4.. => interleaved_rows::<4>(ty, bytes, rb, xq, r, (whole, n), part),
+            _ => interleaved_rows::<1>(ty, bytes, rb, xq, r, (whole, n), part),
         };
     }
 }
@@ -490,15 +502,15 @@ fn interleaved_rows<const R: usize>(
     rb: usize,
     xq: &QActs,
     r: usize,
-    n: usize,
+    (whole, n): (usize, usize),
     part: &mut [f32],
 ) -> usize {
     let step = interleaved::ROWS;
     let mut out = [[0.0f32; R]; 4];
-    for o in (0..n).step_by(step) {
+    for o in (0..whole).step_by(step) {
         // SAFETY: the CPU has the kernel's features (interleaved weights exist only where `available`), the
-        // group holds four rows of `xq`'s length (`QMatrix::new` checked the bytes; `n` is a multiple of four as
-        // `GROUP` and the matrix's rows are), rows `r..r + R` exist
+        // group holds four rows of `xq`'s length (`QMatrix::new` checked the bytes; `whole` is a multiple of
+        // four, as `GROUP` is), rows `r..r + R` exist
         #[allow(unsafe_code)]
         unsafe {
             super::qdot_x4_avx512::tile::<R>(ty, &bytes[o * rb..(o + step) * rb], xq, r, &mut out)
