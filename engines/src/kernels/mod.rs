@@ -24,6 +24,8 @@ mod qdot_avx512;
 #[cfg(target_arch = "x86_64")]
 mod qdot_x4_avx512;
 mod quant;
+#[cfg(target_arch = "x86_64")]
+mod quantize_avx512;
 mod rope;
 #[cfg(target_arch = "x86_64")]
 mod softmax_avx512;

@@ -86,8 +86,20 @@ impl QActs {
     }
 }
 
-/// Consecutive blocks of `x` into `q`, their scales `d` and sums `s`.
+/// Consecutive blocks of `x` into `q`, their scales `d` and sums `s`: on AVX-512 a block's values at once (the same
+/// bits), else one at a time.
 fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::quantize_avx512::available() {
+        // SAFETY: the CPU has AVX-512F (checked just above)
+        #[allow(unsafe_code)]
+        return unsafe { super::quantize_avx512::quantize_blocks(x, q, d, s) };
+    }
+    quantize_blocks_portable(x, q, d, s)
+}
+
+/// `quantize_blocks` one value at a time (any CPU; the AVX-512 steps are tested against it bitwise).
+pub(super) fn quantize_blocks_portable(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
     let (xc, _) = x.as_chunks::<QK>();
     let (qc, _) = q.as_chunks_mut::<QK>();
     for (((xb, qb), d), s) in xc.iter().zip(qc).zip(d).zip(s) {
