@@ -60,6 +60,29 @@ pub(crate) mod test_rows {
         (0..n).map(|_| r.uniform(1.0)).collect()
     }
 
+    /// A quantized-weight tile test's inputs: `rows` weight rows of `blocks` blocks of `ty` as a file lays them out
+    /// (Q8_0 with -128 in row 1 and 127 in row 2, which llama.cpp never writes together but a file may hold), and
+    /// 11 activation rows quantized; `wscale` and `xscale` (0..4) pick each side's magnitude, 0 to 300.
+    pub fn quantized_tile_inputs(
+        ty: super::QType,
+        rows: usize,
+        blocks: usize,
+        seed: u64,
+        (wscale, xscale): (u32, u32),
+    ) -> (Vec<u8>, super::qdot::QActs) {
+        let in_dim = blocks * super::QK;
+        let scale = |s: u32| [0.0, 1e-3, 1.0, 300.0][s as usize];
+        let w: Vec<f32> = random(rows * in_dim, seed).iter().map(|v| v * scale(wscale)).collect();
+        let mut file = super::QMatrix::quantize(ty, &w, rows, in_dim).raw_bytes().to_vec();
+        if ty == super::QType::Q8_0 {
+            let rb = ty.row_bytes(in_dim);
+            file[rb + 2 + (seed % 32) as usize] = 0x80;
+            file[2 * rb + 2 + (seed % 31) as usize] = 0x7f;
+        }
+        let x: Vec<f32> = random(11 * in_dim, seed ^ 5).iter().map(|v| v * scale(xscale)).collect();
+        (file, super::qdot::QActs::quantize(&x, 11, in_dim))
+    }
+
     /// The first `R` rows of `width` of `x`.
     pub fn split<const R: usize>(x: &mut [f32], width: usize) -> [&mut [f32]; R] {
         let mut it = x.chunks_exact_mut(width);

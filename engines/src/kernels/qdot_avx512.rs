@@ -164,8 +164,7 @@ unsafe fn tile_of<const P: usize, const R: usize, const Q4: bool>(
 mod tests {
     use super::*;
     use crate::kernels::qdot::dot_reference;
-    use crate::kernels::test_rows::random;
-    use crate::kernels::QMatrix;
+    use crate::kernels::test_rows::quantized_tile_inputs;
     use proptest::prelude::*;
 
     /// Every tile shape the matmul uses, bitwise `qdot::dot_reference` for each element.
@@ -193,18 +192,8 @@ mod tests {
                 return Ok(());
             }
             let ty = if q4 { QType::Q4_1 } else { QType::Q8_0 };
-            let in_dim = blocks * QK;
-            let scale = |s: u32| [0.0, 1e-3, 1.0, 300.0][s as usize];
-            let w: Vec<f32> = random(4 * in_dim, seed).iter().map(|v| v * scale(wscale)).collect();
-            let w = QMatrix::quantize(ty, &w, 4, in_dim);
-            let mut bytes = w.raw_bytes().to_vec();
-            if ty == QType::Q8_0 {
-                // -128, which llama.cpp never writes but a file may hold
-                bytes[2 + (seed % 32) as usize] = 0x80;
-            }
-            let x: Vec<f32> = random(11 * in_dim, seed ^ 5).iter().map(|v| v * scale(xscale)).collect();
-            let xq = QActs::quantize(&x, 11, in_dim);
-            let rb = w.row_bytes();
+            let (bytes, xq) = quantized_tile_inputs(ty, 4, blocks, seed, (wscale, xscale));
+            let rb = ty.row_bytes(blocks * QK);
             check::<2, 8>(ty, &bytes, rb, &xq, r0, 0);
             check::<1, 8>(ty, &bytes, rb, &xq, r0, 2);
             check::<2, 4>(ty, &bytes, rb, &xq, r0 + 1, 0);

@@ -194,8 +194,7 @@ mod tests {
     use crate::kernels::interleaved::interleave;
     use crate::kernels::qdot::dot_reference;
     use crate::kernels::qdot_avx512::available;
-    use crate::kernels::test_rows::random;
-    use crate::kernels::QMatrix;
+    use crate::kernels::test_rows::quantized_tile_inputs;
     use proptest::prelude::*;
 
     /// Every tile height the matmul uses on group `g` of `inter`, bitwise `qdot::dot_reference` on the file's rows.
@@ -224,19 +223,9 @@ mod tests {
                 return Ok(());
             }
             let ty = if q4 { QType::Q4_1 } else { QType::Q8_0 };
-            let in_dim = blocks * QK;
-            let scale = |s: u32| [0.0, 1e-3, 1.0, 300.0][s as usize];
-            let w: Vec<f32> = random(8 * in_dim, seed).iter().map(|v| v * scale(wscale)).collect();
-            let mut file = QMatrix::quantize(ty, &w, 8, in_dim).raw_bytes().to_vec();
-            let rb = ty.row_bytes(in_dim);
-            if ty == QType::Q8_0 {
-                // -128 and 127, which llama.cpp never writes together but a file may hold
-                file[rb + 2 + (seed % 32) as usize] = 0x80;
-                file[2 * rb + 2 + (seed % 31) as usize] = 0x7f;
-            }
+            let (file, xq) = quantized_tile_inputs(ty, 8, blocks, seed, (wscale, xscale));
+            let rb = ty.row_bytes(blocks * QK);
             let inter = interleave(ty, file.clone(), rb);
-            let x: Vec<f32> = random(11 * in_dim, seed ^ 5).iter().map(|v| v * scale(xscale)).collect();
-            let xq = QActs::quantize(&x, 11, in_dim);
             check::<8>(ty, &file, &inter, rb, 0, &xq, r0);
             check::<4>(ty, &file, &inter, rb, 1, &xq, r0 + 1);
             check::<1>(ty, &file, &inter, rb, 1, &xq, 10);
