@@ -321,7 +321,7 @@ fn tile_dots<const R: usize, const K: usize>(queries: &[&[f32]], keys: &[&[f32]]
     let mut rows = s.chunks_exact_mut(n);
     let out: [&mut [f32]; R] = std::array::from_fn(|_| &mut rows.next().expect("R score rows")[at..at + keys.len()]);
     let mut out = out;
-    dots::<R, K>(q, &keys[..whole], chunks, out.each_mut().map(|o| &mut o[..whole]));
+    dots::<R, K>(q, &keys[..whole], chunks, out.each_mut().map(|o| &mut o[..whole]), &[]);
     for (o, qr) in out.iter_mut().zip(&q) {
         if chunks * LANES < qr.len() {
             for (x, kr) in o[..whole].iter_mut().zip(keys) {
@@ -347,7 +347,7 @@ fn with_tail(mut sum: f32, q: &[f32], k: &[f32], chunks: usize) -> f32 {
 fn dots_into(q: &[f32], keys: &[&[f32]], out: &mut [f32]) {
     let chunks = q.len() / LANES;
     let whole = if chunks > 0 { keys.len() / 16 * 16 } else { 0 };
-    dots::<1, 16>([q], &keys[..whole], chunks, [&mut out[..whole]]);
+    dots::<1, 16>([q], &keys[..whole], chunks, [&mut out[..whole]], &[]);
     if chunks * LANES < q.len() {
         for (x, kr) in out[..whole].iter_mut().zip(keys) {
             *x = with_tail(*x, q, kr, chunks);

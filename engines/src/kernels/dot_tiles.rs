@@ -5,13 +5,15 @@ use super::dot;
 use super::matmul::LANES;
 
 /// `out[r][j] = dot(qᵣ, keys[j])` over the first `chunks · 16` elements of the rows (the tree included, the tail
-/// not), in `R x K` tiles (`R · K = 16`); `keys.len()` is a multiple of `K`.
+/// not), in `R x K` tiles (`R · K = 16`); `keys.len()` is a multiple of `K`. The lines of `ahead` (rows a later
+/// call reads) are asked into L2 along the way, spread over the tiles; they change no result.
 #[inline]
 pub(super) fn dots<const R: usize, const K: usize>(
     q: [&[f32]; R],
     keys: &[&[f32]],
     chunks: usize,
     out: [&mut [f32]; R],
+    ahead: &[f32],
 ) {
     let n = chunks * LANES;
     assert!(keys.len().is_multiple_of(K), "attention tile: keys are not whole tiles");
@@ -21,7 +23,7 @@ pub(super) fn dots<const R: usize, const K: usize>(
     if std::arch::is_x86_feature_detected!("avx512f") {
         // SAFETY: the CPU has AVX-512F; rows and score rows are long enough (asserted above)
         #[allow(unsafe_code)]
-        return unsafe { super::dot_tiles_avx512::dots::<R, K>(q, keys, chunks, out) };
+        return unsafe { super::dot_tiles_avx512::dots::<R, K>(q, keys, chunks, out, ahead) };
     }
     dots_portable::<R, K>(q, keys, chunks, out)
 }
@@ -60,13 +62,13 @@ mod tests {
             let n = ks.len();
             let (mut simd, mut portable) = (vec![0.0f32; 4 * n], vec![0.0f32; 4 * n]);
             let q4: [&[f32]; 4] = std::array::from_fn(|i| qs[i]);
-            dots::<4, 4>(q4, &ks, chunks, split(&mut simd, n));
+            dots::<4, 4>(q4, &ks, chunks, split(&mut simd, n), &[]);
             dots_portable::<4, 4>(q4, &ks, chunks, split(&mut portable, n));
             prop_assert_eq!(&simd, &portable);
-            dots::<2, 8>([qs[0], qs[1]], &ks, chunks, split(&mut simd, n));
+            dots::<2, 8>([qs[0], qs[1]], &ks, chunks, split(&mut simd, n), &[]);
             dots_portable::<2, 8>([qs[0], qs[1]], &ks, chunks, split(&mut portable, n));
             prop_assert_eq!(&simd, &portable);
-            dots::<1, 16>([qs[3]], &ks, chunks, split(&mut simd, n));
+            dots::<1, 16>([qs[3]], &ks, chunks, split(&mut simd, n), &[]);
             dots_portable::<1, 16>([qs[3]], &ks, chunks, split(&mut portable, n));
             prop_assert_eq!(&simd, &portable);
         }

@@ -11,7 +11,8 @@ use super::matmul::LANES;
 /// `out[r][j] = dot(qᵣ, keys[j])` over the first `chunks` chunks of each row (`finish`'s tree included, the tail
 /// not), in `R x K` tiles with `R · K = 16`: lane `l` of pair (r, j) is `Σ_c qᵣ[c][l] · kⱼ[c][l]`, each step fused,
 /// `c` ascending; then lane `l` plus lane `l + 8`, then `((h₀ + h₄) + (h₁ + h₅)) + ((h₂ + h₆) + (h₃ + h₇))` — the
-/// same additions on the same values as `finish`. `keys.len()` is a multiple of `K`.
+/// same additions on the same values as `finish`. `keys.len()` is a multiple of `K`. The 64-byte lines of `ahead`
+/// are prefetched into L2, an equal share per tile, one per chunk step (a burst stalls the loads of the tile).
 ///
 /// # Safety
 /// The CPU has AVX-512F; every row of `q` and `keys` holds at least `chunks · 16` f32s and every `out[r]` at least
@@ -23,16 +24,23 @@ pub(super) unsafe fn dots<const R: usize, const K: usize>(
     keys: &[&[f32]],
     chunks: usize,
     out: [&mut [f32]; R],
+    ahead: &[f32],
 ) {
     const { assert!(R * K == 16, "a tile is sixteen pairs") };
+    let tiles = keys.len() / K;
+    let lines = ahead.len().div_ceil(LANES);
+    let mut asked = 0;
     let qp = q.map(<[f32]>::as_ptr);
     let op = out.map(|o| o.as_mut_ptr());
     // SAFETY (every load below): `c < chunks` and every row holds `chunks` chunks of `LANES` f32s; unaligned loads
     let load = |p: *const f32, c: usize| unsafe { _mm512_loadu_ps(p.add(c * LANES)) };
     for (b, tile) in keys.chunks_exact(K).enumerate() {
         let kp: [*const f32; K] = std::array::from_fn(|j| tile[j].as_ptr());
+        // this tile's share of the lines ahead, up to line `(b + 1) · lines / tiles`: one per chunk, the rest after
+        let upto = (b + 1) * lines / tiles;
         let mut acc = [_mm512_setzero_ps(); 16];
         for c in 0..chunks {
+            ask(ahead, &mut asked, upto);
             if K <= 8 {
                 // the keys' chunks stay in registers, each query's is loaded once
                 let kv: [__m512; K] = std::array::from_fn(|j| load(kp[j], c));
@@ -53,6 +61,9 @@ pub(super) unsafe fn dots<const R: usize, const K: usize>(
                 }
             }
         }
+        while asked < upto {
+            ask(ahead, &mut asked, upto);
+        }
         let mut s = [0.0f32; 16];
         // SAFETY: `s` is 16 f32s; each `out[r]` holds `keys.len()` scores, this tile's at `b · K..(b + 1) · K`
         unsafe {
@@ -61,6 +72,17 @@ pub(super) unsafe fn dots<const R: usize, const K: usize>(
                 std::ptr::copy_nonoverlapping(s.as_ptr().add(r * K), o.add(b * K), K);
             }
         }
+    }
+}
+
+/// Prefetches line `asked` of `ahead` into L2 and counts it, unless `upto` lines are asked already.
+#[inline(always)]
+fn ask(ahead: &[f32], asked: &mut usize, upto: usize) {
+    if *asked < upto {
+        // SAFETY: line `asked` starts inside `ahead` (`upto` is at most its line count); a prefetch reads nothing
+        // the program observes
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(ahead.as_ptr().add(*asked * LANES).cast()) };
+        *asked += 1;
     }
 }
 

@@ -88,8 +88,10 @@ pub(super) fn acc_tile_portable<const R: usize, const C: usize>(x: [&[Lanes]; R]
 
 /// `y[r * y_stride + c] = dot(x[r, :], w[c, :])` for every row of `x` and of `w`, invariant order.
 ///
-/// Blocks of four x rows go through 4 x 4 tiles (`dots`: every element `dot`'s bits) over a cache-sized tile of
-/// weight rows; up to 3 rows left over go through 1 x 16 tiles one row at a time, as a single row (decode) does.
+/// The weight rows are walked in cache-sized tiles; over each tile go blocks of four x rows in 4 x 4 tiles
+/// (`dots`: every element `dot`'s bits), then up to 3 rows left over (two in 2 x 8 tiles, one in 1 x 16 tiles, as
+/// a single row in decode). While a tile's passes compute, the next tile's weights are asked for, a share per
+/// pass: a short segment (a few rows per expert) otherwise waits for every tile's bytes from memory in turn.
 pub(super) fn block_invariant(x: &[f32], w: &[f32], in_dim: usize, y: &mut [f32], y_stride: usize) {
     let rows = x.len() / in_dim;
     let cols = w.len() / in_dim;
@@ -98,28 +100,53 @@ pub(super) fn block_invariant(x: &[f32], w: &[f32], in_dim: usize, y: &mut [f32]
     }
     let chunks = in_dim / LANES;
     let xrow = |r: usize| &x[r * in_dim..(r + 1) * in_dim];
-    let quads = rows / 4 * 4;
-    let tile = (TILE_BYTES / (in_dim * 4)).max(4) & !3;
+    let quads = rows / 4;
+    let pair = rows % 4 >= 2;
+    let single = rows % 2 == 1;
+    let passes = quads + usize::from(pair) + usize::from(single);
+    let tile = (TILE_BYTES / (in_dim * 4)).max(16) & !15;
     let mut wrows: Vec<&[f32]> = w.chunks_exact(in_dim).collect();
     // whole tiles of weight rows: past the last weight row, repeat it (the extra results are dropped)
     let last = wrows[cols - 1];
     wrows.resize(cols.next_multiple_of(16), last);
     let mut scratch = vec![0.0f32; 4 * 16];
-    // a tile of weight rows stays in L2 while every block of four x rows (in L1) passes over it
     for t0 in (0..cols).step_by(tile) {
         let t1 = (t0 + tile).min(cols);
-        let ws = &wrows[t0..t1.next_multiple_of(4)];
-        for r in (0..quads).step_by(4) {
-            let mut it = y[r * y_stride..].chunks_mut(y_stride);
-            let out: [&mut [f32]; 4] = std::array::from_fn(|_| &mut it.next().expect("four y rows")[t0..t1]);
-            dots_rows::<4, 4>([xrow(r), xrow(r + 1), xrow(r + 2), xrow(r + 3)], ws, chunks, out, &mut scratch);
+        let ws = &wrows[t0..t1.next_multiple_of(16)];
+        // the next tile's bytes, a share per pass over this one
+        let next = &w[(t1 * in_dim).min(w.len())..((t1 + tile) * in_dim).min(w.len())];
+        // (one pass, as in decode, has no compute to hide the next tile behind: the hardware streams it)
+        let share = if passes > 1 { next.len().div_ceil(passes).next_multiple_of(LANES) } else { 0 };
+        let ahead = |p: usize| &next[(p * share).min(next.len())..((p + 1) * share).min(next.len())];
+        for q in 0..quads {
+            let r = 4 * q;
+            let out = out_rows(y, r, 4, y_stride, t0..t1);
+            dots_rows::<4, 4>(
+                [xrow(r), xrow(r + 1), xrow(r + 2), xrow(r + 3)],
+                ws,
+                chunks,
+                out,
+                &mut scratch,
+                ahead(q),
+            );
+        }
+        let mut r = 4 * quads;
+        if pair {
+            let [a, b, ..] = out_rows(y, r, 2, y_stride, t0..t1);
+            dots_rows::<2, 8>([xrow(r), xrow(r + 1)], ws, chunks, [a, b], &mut scratch, ahead(quads));
+            r += 2;
+        }
+        if single {
+            let [a, ..] = out_rows(y, r, 1, y_stride, t0..t1);
+            dots_rows::<1, 16>([xrow(r)], ws, chunks, [a], &mut scratch, ahead(passes - 1));
         }
     }
-    for r in quads..rows {
-        // rows left over (all of decode): one x row against sixteen weight rows at a time
-        let out = &mut y[r * y_stride..r * y_stride + cols];
-        dots_rows::<1, 16>([xrow(r)], &wrows, chunks, [out], &mut scratch);
-    }
+}
+
+/// Columns `cols` of the `n` rows of `y` from row `r` on (rows `y_stride` apart), the rest of the four empty.
+fn out_rows(y: &mut [f32], r: usize, n: usize, y_stride: usize, cols: std::ops::Range<usize>) -> [&mut [f32]; 4] {
+    let mut it = y[r * y_stride..].chunks_mut(y_stride);
+    std::array::from_fn(|i| if i < n { &mut it.next().expect("y rows")[cols.clone()] } else { &mut [][..] })
 }
 
 /// `out[r][j] = dot(x[r], w[j])` for the weight rows `w` (padded to whole tiles of `K`; `out[r]` holds the
@@ -130,16 +157,17 @@ fn dots_rows<const R: usize, const K: usize>(
     chunks: usize,
     out: [&mut [f32]; R],
     scratch: &mut [f32],
+    ahead: &[f32],
 ) {
     let n = out[0].len();
     let whole = n / K * K;
     let mut out = out;
-    super::dot_tiles::dots::<R, K>(x, &w[..whole], chunks, out.each_mut().map(|o| &mut o[..whole]));
+    super::dot_tiles::dots::<R, K>(x, &w[..whole], chunks, out.each_mut().map(|o| &mut o[..whole]), ahead);
     if whole < n {
         // the last, partial tile into scratch
         let mut it = scratch.chunks_mut(K);
         let part: [&mut [f32]; R] = std::array::from_fn(|_| it.next().expect("scratch rows"));
-        super::dot_tiles::dots::<R, K>(x, &w[whole..whole + K], chunks, part);
+        super::dot_tiles::dots::<R, K>(x, &w[whole..whole + K], chunks, part, &[]);
         for (r, o) in out.iter_mut().enumerate() {
             o[whole..].copy_from_slice(&scratch[r * K..r * K + n - whole]);
         }
@@ -205,8 +233,12 @@ fn tiled_row(xr: &[f32], w: &[f32], in_dim: usize, parts: usize, yr: &mut [f32])
     }
 }
 
-/// Bytes of weight rows one pass of x row blocks walks over, sized to stay in L2.
-const TILE_BYTES: usize = 128 << 10;
+/// Bytes of weight rows every pass of x row blocks walks over before the next ones (at least 16 rows): in L1
+/// beside a block of x rows, and small enough that only the first tile of a matrix waits for memory.
+const TILE_BYTES: usize = 16 << 10;
+/// Rows a task of a row-split matmul takes at least: every such task reads all the weights, which four blocks of
+/// four rows use enough to pay for (fewer rows per task, and the columns are split instead).
+const ROWS_PER_TASK: usize = 16;
 
 /// `Tiled` matmuls below this many multiply-adds stay on the calling thread (rayon overhead dominates).
 const PARALLEL_MIN_WORK: usize = 1 << 16;
@@ -286,15 +318,17 @@ pub fn matmul_with(red: Reduction, x: &[f32], rows: usize, w: &[f32], out_dim: u
     let tasks = (rows * out_dim * in_dim / task_work).min(4 * threads);
     if threads < 2 || tasks < 2 {
         block_invariant(x, w, in_dim, y, out_dim);
-    } else if rows >= 4 * tasks {
-        // many rows: whole 4-row blocks per task, each task walks weight tiles over its rows
+    } else if rows >= ROWS_PER_TASK * threads {
+        // many rows: whole 4-row blocks per task, each task walks weight tiles over its rows (every task reads all
+        // the weights, so each takes enough rows to reuse them)
+        let tasks = tasks.min(rows / ROWS_PER_TASK);
         let per = rows.div_ceil(tasks).next_multiple_of(4);
         x.par_chunks(per * in_dim).zip(y.par_chunks_mut(per * out_dim)).for_each(|(xb, yb)| {
             block_invariant(xb, w, in_dim, yb, out_dim);
         });
     } else {
-        // few rows (decode): split the weight rows (output columns) instead
-        let per = out_dim.div_ceil(tasks).next_multiple_of(4);
+        // few rows (decode, a short segment): split the weight rows (output columns) instead, whole tiles of 16
+        let per = out_dim.div_ceil(tasks).next_multiple_of(16);
         if rows == 1 {
             w.par_chunks(per * in_dim).zip(y.par_chunks_mut(per)).for_each(|(wb, yb)| {
                 block_invariant(x, wb, in_dim, yb, yb.len());
