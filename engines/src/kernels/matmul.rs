@@ -120,7 +120,7 @@ pub(super) fn block_invariant(x: &[f32], w: &[f32], in_dim: usize, y: &mut [f32]
         let ahead = |p: usize| &next[(p * share).min(next.len())..((p + 1) * share).min(next.len())];
         for q in 0..quads {
             let r = 4 * q;
-            let out = out_rows(y, r, 4, y_stride, t0..t1);
+            let out = out_rows::<4>(y, r, y_stride, t0..t1);
             dots_rows::<4, 4>(
                 [xrow(r), xrow(r + 1), xrow(r + 2), xrow(r + 3)],
                 ws,
@@ -132,21 +132,21 @@ pub(super) fn block_invariant(x: &[f32], w: &[f32], in_dim: usize, y: &mut [f32]
         }
         let mut r = 4 * quads;
         if pair {
-            let [a, b, ..] = out_rows(y, r, 2, y_stride, t0..t1);
-            dots_rows::<2, 8>([xrow(r), xrow(r + 1)], ws, chunks, [a, b], &mut scratch, ahead(quads));
+            let out = out_rows::<2>(y, r, y_stride, t0..t1);
+            dots_rows::<2, 8>([xrow(r), xrow(r + 1)], ws, chunks, out, &mut scratch, ahead(quads));
             r += 2;
         }
         if single {
-            let [a, ..] = out_rows(y, r, 1, y_stride, t0..t1);
-            dots_rows::<1, 16>([xrow(r)], ws, chunks, [a], &mut scratch, ahead(passes - 1));
+            let out = out_rows::<1>(y, r, y_stride, t0..t1);
+            dots_rows::<1, 16>([xrow(r)], ws, chunks, out, &mut scratch, ahead(passes - 1));
         }
     }
 }
 
-/// Columns `cols` of the `n` rows of `y` from row `r` on (rows `y_stride` apart), the rest of the four empty.
-fn out_rows(y: &mut [f32], r: usize, n: usize, y_stride: usize, cols: std::ops::Range<usize>) -> [&mut [f32]; 4] {
+/// Columns `cols` of the `N` rows of `y` from row `r` on (rows `y_stride` apart).
+fn out_rows<const N: usize>(y: &mut [f32], r: usize, y_stride: usize, cols: std::ops::Range<usize>) -> [&mut [f32]; N] {
     let mut it = y[r * y_stride..].chunks_mut(y_stride);
-    std::array::from_fn(|i| if i < n { &mut it.next().expect("y rows")[cols.clone()] } else { &mut [][..] })
+    std::array::from_fn(|_| &mut it.next().expect("y rows")[cols.clone()])
 }
 
 /// `out[r][j] = dot(x[r], w[j])` for the weight rows `w` (padded to whole tiles of `K`; `out[r]` holds the
