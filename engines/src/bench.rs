@@ -13,6 +13,7 @@ use rayon::prelude::*;
 use crate::bundled;
 use crate::chat::{render, Message, Role};
 use crate::config::Preset;
+use crate::cpu_steal::{self, StealMeter};
 use crate::engine::{Engine, NoObserver, Request};
 use crate::error::Result;
 use crate::kernels::{attend_many, matmul, qmatmul, work, QMatrix, QType, Work};
@@ -264,8 +265,11 @@ fn second_turn(engine: &mut dyn Engine, preset: Preset) -> Result<String> {
 
 /// The whole benchmark report for `arch` at each preset.
 pub fn run(arch: &str, presets: &[Preset], seed: u64) -> Result<String> {
+    let steal = StealMeter::start();
     let (mut out, limits) = kernels(Limits::measure());
+    let _ = writeln!(out, "{} while the limits and kernels above were measured", cpu_steal::describe(steal.fraction()));
     for &preset in presets {
+        let steal = StealMeter::start();
         let t = Instant::now();
         let mut engine = bundled::open_preset(arch, preset, seed, None)?;
         let load = t.elapsed();
@@ -282,6 +286,7 @@ pub fn run(arch: &str, presets: &[Preset], seed: u64) -> Result<String> {
         let _ = writeln!(out, "  {}", model_fractions(&limits, p, d));
         let mut engine = engine.fresh();
         out.push_str(&second_turn(engine.as_mut(), preset)?);
+        let _ = writeln!(out, "  {} during {arch} {preset}", cpu_steal::describe(steal.fraction()));
     }
     Ok(out)
 }

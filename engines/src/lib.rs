@@ -14,6 +14,7 @@ pub mod cache;
 pub mod chat;
 pub mod chat_template;
 pub mod config;
+pub mod cpu_steal;
 pub mod decode;
 pub mod dump;
 pub mod dump_file;

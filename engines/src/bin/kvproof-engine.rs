@@ -192,6 +192,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 fn bench_gguf(path: &std::path::Path) -> anyhow::Result<()> {
     use kvproof_engines::bench::{describe, model_fractions, Limits, Phase};
     let model = kvproof_engines::arch::llama::load(path).with_context(|| format!("opening {}", path.display()))?;
+    let steal = kvproof_engines::cpu_steal::StealMeter::start();
     let before = Limits::measure();
     let rows = kvproof_engines::arch::llama::bench(&model, &[128, 512, 2048], 32);
     // the best of the limits measured before and after (a shared machine only ever makes them come out low)
@@ -205,6 +206,7 @@ fn bench_gguf(path: &std::path::Path) -> anyhow::Result<()> {
         let decode = Phase { work: r.decode_work, seconds: r.decode as f64 / r.decode_tok_s, tokens: r.decode };
         println!("        {}", model_fractions(&limits, prefill, decode));
     }
+    println!("{}", kvproof_engines::cpu_steal::describe(steal.fraction()));
     Ok(())
 }
 

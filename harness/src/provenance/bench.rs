@@ -78,6 +78,7 @@ pub fn run(dir: &Path, total_bytes: u64) -> Result<String, ProvenanceError> {
         (a.len() + b.len()) as f64
     };
 
+    let steal = kvproof_engines::cpu_steal::StealMeter::start();
     let t = Instant::now();
     let d = {
         let (a, b) = (MappedDump::open(&pa)?, MappedDump::open(&pb)?);
@@ -107,6 +108,7 @@ pub fn run(dir: &Path, total_bytes: u64) -> Result<String, ProvenanceError> {
         plain_s,
         total / plain_s / 1e9
     );
+    let _ = writeln!(out, "{} during the two timings", kvproof_engines::cpu_steal::describe(steal.fraction()));
     let _ = std::fs::remove_file(&pa);
     let _ = std::fs::remove_file(&pb);
     Ok(out)
