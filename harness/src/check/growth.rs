@@ -7,6 +7,8 @@
 //! an engine without a cost cannot be: that check is then skipped, never passed. Computed from the `growth` field
 //! of the trial records alone, so a rebuilt report reaches the same verdict.
 
+use kvproof_engines::cpu_steal::{CpuTimes, DISTURBED};
+
 use super::{reuse, tokens};
 use crate::driver::Generation;
 use crate::record::{CheckName, CheckResult, GrowthStats, GrowthTurn, TrialRecord, TurnCost};
@@ -110,10 +112,18 @@ pub fn analyze(turns: &[GrowthTurn], a: &Assertions) -> Result<GrowthStats, Stri
         wall_speedup: ratio(sum(|t| t.cold.wall_ms), sum(|t| t.warm.wall_ms)),
         speedup_of_token_ideal: ratio(prefill_speedup, ideal),
         speedup_of_ideal: ratio(prefill_speedup, cost_ideal.unwrap_or(ideal)),
+        steal: steal_of(cmp),
         violations: Vec::new(),
     };
     s.violations = violations(&s, a);
     Ok(s)
+}
+
+/// The steal over the turns' warm and cold runs, their ticks added up; `None` when any side of any turn could not
+/// read them.
+fn steal_of(turns: &[&GrowthTurn]) -> Option<f64> {
+    let mut sides = turns.iter().flat_map(|t| [&t.warm, &t.cold]);
+    sides.try_fold(CpuTimes::default(), |sum, s| Some(sum.plus(s.steal.as_ref()?)))?.fraction()
 }
 
 /// "from turn 2 (A tokens) to turn T (B tokens, Gx)": the stretch every ratio is over.
@@ -125,6 +135,32 @@ fn span(s: &GrowthStats) -> String {
 }
 
 fn violations(s: &GrowthStats, a: &Assertions) -> Vec<String> {
+    let mut v = timed_violations(s, a);
+    if let Some(f) = s.steal.filter(|f| *f >= DISTURBED) {
+        // what a maintainer reading a red curve needs first: the machine, not the engine, may have moved the times
+        for why in &mut v {
+            why.push_str(&format!(
+                " (the hypervisor gave {:.1}% of this machine's CPU time to other guests while the curve ran: its \
+                 times are disturbed)",
+                100.0 * f
+            ));
+        }
+    }
+    if let Some(min) = a.min_reuse_fraction {
+        if s.reuse_fraction < min {
+            v.push(format!(
+                "{:.1}% of prompt tokens reused over turns 2..{}; at least {:.1}% required",
+                100.0 * s.reuse_fraction,
+                s.turns,
+                100.0 * min
+            ));
+        }
+    }
+    v
+}
+
+/// The violations of the assertions on times (ratios, slopes, speedups).
+fn timed_violations(s: &GrowthStats, a: &Assertions) -> Vec<String> {
     let mut v = Vec::new();
     let span = span(s);
     if let Some(max) = a.max_warm_ratio {
@@ -159,16 +195,6 @@ fn violations(s: &GrowthStats, a: &Assertions) -> Vec<String> {
                 "prefill speedup {:.2}x is {:.0}% of the ideal {ideal:.2}x ({basis}); at least {:.0}% required",
                 s.prefill_speedup,
                 100.0 * s.speedup_of_ideal,
-                100.0 * min
-            ));
-        }
-    }
-    if let Some(min) = a.min_reuse_fraction {
-        if s.reuse_fraction < min {
-            v.push(format!(
-                "{:.1}% of prompt tokens reused over turns 2..{}; at least {:.1}% required",
-                100.0 * s.reuse_fraction,
-                s.turns,
                 100.0 * min
             ));
         }
@@ -296,6 +322,7 @@ mod tests {
             wall_ms: ms,
             wall_min_ms: ms,
             wall_max_ms: ms,
+            steal: None,
         };
         GrowthTurn {
             turn,
@@ -327,6 +354,53 @@ mod tests {
         assert_eq!(median(&[]), 0.0);
         let t = Timing::from_runs(10, &[(1.0, 1.0, 2.0), (100.0, 1.0, 101.0), (2.0, 1.0, 3.0)]);
         assert_eq!((t.prefill_ms, t.wall_ms, t.wall_min_ms, t.wall_max_ms), (2.0, 3.0, 2.0, 101.0));
+    }
+
+    #[test]
+    fn steal_adds_up_the_ticks_of_the_repeats_and_of_the_turns() {
+        let tick = |total, steal| Some(CpuTimes { total, steal });
+        let t = Timing::from_runs(10, &[(1.0, 1.0, 2.0); 3]);
+        let known = t.with_steal(&[tick(100, 0), tick(100, 0), tick(200, 100)]);
+        assert_eq!((known.steal, known.steal_fraction()), (tick(400, 100), Some(0.25)));
+        assert_eq!(t.with_steal(&[tick(100, 0), None, tick(200, 100)]).steal, None, "a repeat that could not tell");
+        assert_eq!(t.with_steal(&[tick(0, 0)]).steal_fraction(), None, "no tick passed");
+        // cold runs of 30 ticks a turn that lost 6, warm runs of 10 ticks (none on some turns) that lost nothing
+        let mut curve = flat_curve();
+        assert_eq!(analyze(&curve, &Assertions::default()).expect("stats").steal, None, "unknown is not zero");
+        for (i, t) in curve.iter_mut().enumerate() {
+            t.warm.steal = tick(if i % 2 == 0 { 10 } else { 0 }, 0);
+            t.cold.steal = tick(30, 6);
+        }
+        let s = analyze(&curve, &Assertions::default()).expect("stats");
+        // turns 2..12: five warm sides of 10 ticks, eleven cold ones of 30
+        assert!((s.steal.expect("known") - 66.0 / 380.0).abs() < 1e-12, "{:?}", s.steal);
+        curve[5].cold.steal = None;
+        assert_eq!(analyze(&curve, &Assertions::default()).expect("stats").steal, None);
+    }
+
+    #[test]
+    fn a_failed_timed_assertion_says_the_hypervisor_took_cpu_time() {
+        let a = Assertions { min_speedup_of_ideal: Some(0.9), min_reuse_fraction: Some(0.99), ..Assertions::default() };
+        let mut curve = curve_at_cost(5.0);
+        let quiet = analyze(&curve, &a).expect("stats");
+        assert_eq!(quiet.violations.len(), 2, "{:?}", quiet.violations);
+        assert!(quiet.violations.iter().all(|v| !v.contains("hypervisor")), "{:?}", quiet.violations);
+        for t in &mut curve {
+            (t.warm.steal, t.cold.steal) =
+                (Some(CpuTimes { total: 10, steal: 3 }), Some(CpuTimes { total: 10, steal: 3 }));
+        }
+        let s = analyze(&curve, &a).expect("stats");
+        assert_eq!(s.violations.len(), 2, "steal adds to a failure, it never makes one: {:?}", s.violations);
+        assert!(
+            s.violations[0].starts_with("prefill speedup")
+                && s.violations[0].contains("30.0% of this machine's CPU time")
+        );
+        assert!(!s.violations[1].contains("hypervisor"), "reuse is not timed: {}", s.violations[1]);
+        for t in &mut curve {
+            (t.warm.steal, t.cold.steal) =
+                (Some(CpuTimes { total: 100, steal: 1 }), Some(CpuTimes { total: 100, steal: 1 }));
+        }
+        assert!(analyze(&curve, &a).expect("stats").violations.iter().all(|v| !v.contains("hypervisor")));
     }
 
     #[test]

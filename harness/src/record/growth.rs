@@ -1,5 +1,6 @@
 //! One turn of a growth curve as records carry it: context, reuse, and the medians of its warm and cold runs.
 
+use kvproof_engines::cpu_steal::CpuTimes;
 use kvproof_engines::model_cost::ModelCost;
 use serde::{Deserialize, Serialize};
 
@@ -15,6 +16,10 @@ pub struct Timing {
     /// The spread of the repeats' wall times.
     pub wall_min_ms: f64,
     pub wall_max_ms: f64,
+    /// The machine's CPU ticks while these repeats ran, and how many of them its hypervisor gave to other guests
+    /// (`cpu_steal`): the times are low by about that share. Absent where the system does not tell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steal: Option<CpuTimes>,
 }
 
 /// One measured run: (prefill, decode, wall) in milliseconds.
@@ -48,7 +53,19 @@ impl Timing {
             wall_ms: median(&walls),
             wall_min_ms: if walls.is_empty() { 0.0 } else { walls.iter().copied().fold(f64::INFINITY, f64::min) },
             wall_max_ms: walls.iter().copied().fold(0.0, f64::max),
+            steal: None,
         }
+    }
+
+    /// With the CPU ticks of `ticks`, one per repeat, added up; unknown when a repeat could not read them.
+    pub fn with_steal(self, ticks: &[Option<CpuTimes>]) -> Self {
+        let steal = ticks.iter().try_fold(CpuTimes::default(), |sum, t| Some(sum.plus(t.as_ref()?)));
+        Timing { steal, ..self }
+    }
+
+    /// The stolen share of the CPU ticks while these repeats ran; `None` when unknown or no tick passed.
+    pub fn steal_fraction(&self) -> Option<f64> {
+        self.steal?.fraction()
     }
 
     /// Prefilled tokens per second of prefill time.
@@ -193,6 +210,11 @@ pub struct GrowthStats {
     /// prefill_speedup / the ideal the assertion judges: `cost_ideal_speedup` when the engine reports its cost,
     /// else `ideal_speedup`.
     pub speedup_of_ideal: f64,
+    /// The share of CPU time the hypervisor gave to other guests while turns 2..T ran, warm and cold together
+    /// (their ticks added up): the times, and every ratio of them, are disturbed by about as much. Absent where the
+    /// system does not tell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steal: Option<f64>,
     /// The scenario's growth assertions that failed, each as a sentence.
     pub violations: Vec<String>,
 }

@@ -37,6 +37,8 @@ struct CsvRow<'a> {
     warm_wall_max_ms: f64,
     warm_prefill_tok_s: Option<f64>,
     warm_decode_tok_s: Option<f64>,
+    /// CPU steal while the warm repeats ran (empty where the system does not tell).
+    warm_steal: Option<f64>,
     cold_repeats: usize,
     cold_prefilled: usize,
     cold_prefill_ms: f64,
@@ -46,6 +48,7 @@ struct CsvRow<'a> {
     cold_wall_max_ms: f64,
     cold_prefill_tok_s: Option<f64>,
     cold_decode_tok_s: Option<f64>,
+    cold_steal: Option<f64>,
     /// The model's cost of the turn in flops (empty when the engine reports none).
     expected_warm_prefill_flops: Option<f64>,
     expected_cold_prefill_flops: Option<f64>,
@@ -76,6 +79,7 @@ pub fn write_csv(dir: &Path, trials: &[TrialRecord]) -> Result<bool, ReportError
             warm_wall_max_ms: g.warm.wall_max_ms,
             warm_prefill_tok_s: g.warm.prefill_tok_s(),
             warm_decode_tok_s: g.warm.decode_tok_s(g.emitted),
+            warm_steal: g.warm.steal_fraction(),
             cold_repeats: g.cold.repeats,
             cold_prefilled: g.cold.prefilled,
             cold_prefill_ms: g.cold.prefill_ms,
@@ -85,6 +89,7 @@ pub fn write_csv(dir: &Path, trials: &[TrialRecord]) -> Result<bool, ReportError
             cold_wall_max_ms: g.cold.wall_max_ms,
             cold_prefill_tok_s: g.cold.prefill_tok_s(),
             cold_decode_tok_s: g.cold.decode_tok_s(g.emitted),
+            cold_steal: g.cold.steal_fraction(),
             expected_warm_prefill_flops: g.expected.map(|e| e.warm_prefill_flops),
             expected_cold_prefill_flops: g.expected.map(|e| e.cold_prefill_flops),
             expected_decode_flops: g.expected.map(|e| e.decode_flops),
@@ -111,6 +116,11 @@ pub fn over_expected_cell(s: &GrowthStats, strong: (&str, &str)) -> String {
     }
 }
 
+/// The CPU steal of a curve as a percentage, "unknown" where the system did not tell.
+pub fn steal_cell(steal: Option<f64>) -> String {
+    or_unknown(steal.map(|f| 100.0 * f), 1, "%")
+}
+
 /// The growth section of summary.md: one row per growth scenario.
 pub fn markdown(rows: &[(&str, &GrowthStats)]) -> String {
     let mut md = String::new();
@@ -126,18 +136,20 @@ pub fn markdown(rows: &[(&str, &GrowthStats)]) -> String {
          beyond it is the engine's; *warm / expected* is the measured ratio over it, with its bound \
          (`assert.max_warm_ratio_over_expected`). The prefill speedup is held against the model-cost ideal (cold / \
          warm prefill flops) when the engine reports its cost, else against the token ideal (cold / warm prefilled \
-         tokens), which overstates what reuse can buy.\n\n\
+         tokens), which overstates what reuse can buy. *CPU steal* is the share of the machine's CPU time its \
+         hypervisor gave to other guests while the curve ran: every time, and so every ratio, is disturbed by about \
+         as much.\n\n\
          | scenario | context (tokens) | warm ms, ratio | expected warm ratio | warm / expected | cold ms, ratio | \
          slope warm / expected / cold (ms per 1k tokens) | reused | prefill speedup | ideal: model cost / tokens | \
-         of ideal | assertions |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|\n",
+         of ideal | CPU steal | assertions |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (name, s) in rows {
         let verdict = if s.violations.is_empty() { "pass".to_string() } else { "**FAIL**".to_string() };
         let _ = writeln!(
             md,
             "| {name} | {} → {} ({:.1}x) | {:.0} → {:.0}, **{:.2}x** ({:.2}x) | {} | {} | {:.0} → {:.0}, **{:.2}x** | \
-             {:.1} / {} / {:.1} | {:.1}% | {:.2}x | {} / {:.2}x | **{:.0}%** | {verdict} |",
+             {:.1} / {} / {:.1} | {:.1}% | {:.2}x | {} / {:.2}x | **{:.0}%** | {} | {verdict} |",
             s.context_first,
             s.context_last,
             s.context_growth,
@@ -158,6 +170,7 @@ pub fn markdown(rows: &[(&str, &GrowthStats)]) -> String {
             or_unknown(s.cost_ideal_speedup, 2, "x"),
             s.ideal_speedup,
             100.0 * s.speedup_of_ideal,
+            steal_cell(s.steal),
         );
     }
     for (name, s) in rows {

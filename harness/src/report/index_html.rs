@@ -137,6 +137,7 @@ fn growth_rows(summary: &Summary) -> Vec<Value> {
                 speedup_of_ideal => format!("{:.0}", 100.0 * g.speedup_of_ideal),
                 speedup_of_token_ideal => format!("{:.0}", 100.0 * g.speedup_of_token_ideal),
                 wall_speedup => format!("{:.2}", g.wall_speedup),
+                steal => super::growth::steal_cell(g.steal),
                 pass => g.violations.is_empty(),
             }
         })

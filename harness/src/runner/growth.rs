@@ -17,6 +17,7 @@ use crate::oracle::{fed_ids, Outcome};
 use crate::progress::Progress;
 use crate::record::{GrowthTurn, Run, Sink, Timing, TrialRecord, TrialTimings, TurnCost};
 use crate::scenario::{GrowthParams, Params};
+use kvproof_engines::cpu_steal::{CpuTimes, StealMeter};
 
 fn ms(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1000.0
@@ -86,6 +87,21 @@ fn abandon(
     }
 }
 
+/// One side (warm or cold) of a turn over the passes: each run, and the CPU ticks the machine counted while it ran
+/// (the share stolen by the hypervisor goes into the record beside the times).
+#[derive(Default)]
+struct Side {
+    runs: Vec<Generation>,
+    ticks: Vec<Option<CpuTimes>>,
+}
+
+impl Side {
+    fn push(&mut self, run: Generation, ticks: Option<CpuTimes>) {
+        self.runs.push(run);
+        self.ticks.push(ticks);
+    }
+}
+
 /// One turn as the first warm pass built it: the request every pass sends, and what the oracle expects of it.
 struct Planned {
     turn: TurnRequest,
@@ -115,8 +131,8 @@ fn run_plan(
     let turns = plan.steps.len();
     let mut planned: Vec<Planned> = Vec::with_capacity(turns);
     let mut fed_before = 0usize;
-    // runs[turn] = (warm runs, cold runs), one of each per pass
-    let mut runs: Vec<(Vec<Generation>, Vec<Generation>)> = (0..turns).map(|_| (Vec::new(), Vec::new())).collect();
+    // runs[turn] = (warm side, cold side), one run of each per pass
+    let mut runs: Vec<(Side, Side)> = (0..turns).map(|_| Default::default()).collect();
 
     let schedule =
         (0..params.repeats).map(|p| (p, Role::Warm)).chain((0..params.cold_repeats).map(|p| (p, Role::Cold)));
@@ -149,7 +165,9 @@ fn run_plan(
                 open_turn = Some(prepared);
             }
             let turn = &planned[si].turn;
+            let meter = StealMeter::start();
             let sent = inst.send(role, si, pass, &format!("{} #{}", step.label, pass + 1), turn, false);
+            let stolen = meter.ticks();
             let g = match sent.result {
                 Ok(g) => g,
                 Err(e) => {
@@ -164,15 +182,16 @@ fn run_plan(
                 ps.finish(prepared, Some(&g), sent.prompt_known.then_some(sent.request.prompt.as_slice()));
             }
             match role {
-                Role::Warm => runs[si].0.push(g),
-                _ => runs[si].1.push(g),
+                Role::Warm => runs[si].0.push(g, stolen),
+                _ => runs[si].1.push(g, stolen),
             }
         }
     }
 
     // Every record is built before any is emitted, so a panic while checking leaves none of this plan's out.
     let mut records = Vec::with_capacity(turns);
-    for (si, (warm_runs, cold_runs)) in runs.iter().enumerate() {
+    for (si, (warm_side, cold_side)) in runs.iter().enumerate() {
+        let (warm_runs, cold_runs) = (&warm_side.runs, &cold_side.runs);
         let pl = &planned[si];
         let prompt_len = pl.turn.prompt.len();
         let w0 = &warm_runs[0];
@@ -189,8 +208,9 @@ fn run_plan(
         record.divergence = tokens::first_divergence(w0, &cold_runs[0]);
         record.verdict = check::verdict(&record.checks);
         let side = |v: &[Generation]| v.iter().map(run_of).collect::<Vec<_>>();
-        let warm = Timing::from_runs(prompt_len - reused.min(prompt_len), &side(warm_runs));
-        let cold = Timing::from_runs(prompt_len, &side(cold_runs));
+        let warm =
+            Timing::from_runs(prompt_len - reused.min(prompt_len), &side(warm_runs)).with_steal(&warm_side.ticks);
+        let cold = Timing::from_runs(prompt_len, &side(cold_runs)).with_steal(&cold_side.ticks);
         record.timings = TrialTimings { warm_ms: Some(warm.wall_ms), cold_ms: Some(cold.wall_ms), control_ms: None };
         record.growth = Some(GrowthTurn {
             turn: si + 1,

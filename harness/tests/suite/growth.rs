@@ -50,6 +50,8 @@ struct Row {
     expected_cold_prefill_flops: Option<f64>,
     expected_decode_flops: Option<f64>,
     expected_oracle_warm_prefill_flops: Option<f64>,
+    warm_steal: Option<f64>,
+    cold_steal: Option<f64>,
 }
 
 fn rows(run: &Path) -> Vec<Row> {
@@ -71,6 +73,22 @@ fn a_clean_curve_writes_the_csv_and_plots_and_passes() {
         assert_eq!(r.warm_prefilled, r.context - r.reused);
         assert_eq!(r.cold_prefilled, r.context);
         assert!(r.warm_wall_ms > 0.0 && r.cold_wall_ms > 0.0);
+        // a share of CPU time, empty when no tick of the system's clock passed during the repeats or it cannot tell
+        for s in [r.warm_steal, r.cold_steal] {
+            assert!(s.is_none_or(|f| (0.0..=1.0).contains(&f)), "turn {}: steal {s:?}", r.turn);
+        }
+    }
+    // where the system tells (Linux), every side of every turn carries the CPU ticks its repeats ran over
+    let results = std::fs::read_to_string(out.join("results.jsonl")).expect("results");
+    let known = kvproof_engines::cpu_steal::CpuTimes::now().is_some();
+    let growth: Vec<&str> = results.lines().filter(|l| l.contains("\"growth\":")).collect();
+    assert_eq!(growth.len(), 6, "one growth record per turn");
+    for line in growth {
+        let v: serde_json::Value = serde_json::from_str(line).expect("a record");
+        for side in ["warm", "cold"] {
+            let ticks = &v["growth"][side]["steal"];
+            assert_eq!(ticks["total"].is_u64() && ticks["steal"].is_u64(), known, "{side}: {ticks}");
+        }
     }
     assert_eq!(rows[0].reused, 0, "turn 1 has nothing to reuse");
     assert!(rows[1..].iter().all(|r| r.reused > 0), "every later turn reuses");
@@ -92,6 +110,7 @@ fn a_clean_curve_writes_the_csv_and_plots_and_passes() {
     }
     let md = std::fs::read_to_string(out.join("summary.md")).expect("summary");
     assert!(md.contains("## Growth curves") && md.contains("| tiny-growth | "), "{md}");
+    assert!(md.contains("| CPU steal |"), "{md}");
     let junit = std::fs::read_to_string(out.join("junit.xml")).expect("junit");
     assert!(junit.contains("name=\"growth assertions (warm "), "{junit}");
     assert!(!junit.contains("<failure"), "{junit}");

@@ -24,6 +24,9 @@ const TIMING_FIELDS: &[&str] = &[
     "/growth/cold/wall_ms",
     "/growth/cold/wall_min_ms",
     "/growth/cold/wall_max_ms",
+    // the machine's CPU ticks (and the hypervisor's share of them) while the runs went: measured like the times
+    "/growth/warm/steal",
+    "/growth/cold/steal",
 ];
 
 /// Per scenario of a verdict (`--json`): the fields that must be equal (the rest are timings or derived from them).
