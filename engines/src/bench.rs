@@ -267,7 +267,7 @@ fn second_turn(engine: &mut dyn Engine, preset: Preset) -> Result<String> {
 pub fn run(arch: &str, presets: &[Preset], seed: u64) -> Result<String> {
     let steal = StealMeter::start();
     let (mut out, limits) = kernels(Limits::measure());
-    let _ = writeln!(out, "{} while the limits and kernels above were measured", cpu_steal::describe(steal.fraction()));
+    let _ = writeln!(out, "{} while the limits and kernels above were measured", cpu_steal::describe(steal.ticks()));
     for &preset in presets {
         let steal = StealMeter::start();
         let t = Instant::now();
@@ -286,7 +286,7 @@ pub fn run(arch: &str, presets: &[Preset], seed: u64) -> Result<String> {
         let _ = writeln!(out, "  {}", model_fractions(&limits, p, d));
         let mut engine = engine.fresh();
         out.push_str(&second_turn(engine.as_mut(), preset)?);
-        let _ = writeln!(out, "  {} during {arch} {preset}", cpu_steal::describe(steal.fraction()));
+        let _ = writeln!(out, "  {} during {arch} {preset}", cpu_steal::describe(steal.ticks()));
     }
     Ok(out)
 }

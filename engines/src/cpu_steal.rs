@@ -37,18 +37,23 @@ impl CpuTimes {
         Some(CpuTimes { total: self.total.checked_sub(earlier.total)?, steal: self.steal.checked_sub(earlier.steal)? })
     }
 
-    /// Two stretches together.
-    pub fn plus(&self, other: &CpuTimes) -> CpuTimes {
-        CpuTimes { total: self.total.saturating_add(other.total), steal: self.steal.saturating_add(other.steal) }
-    }
-
     /// Stolen ticks over all ticks of a stretch (`since`); `None` when no tick passed.
     pub fn fraction(&self) -> Option<f64> {
         (self.total > 0).then(|| self.steal as f64 / self.total as f64)
     }
 }
 
-/// Steal over a stretch of time: started with `start`, read with `fraction` at any point after.
+/// Stretches added up (`Option<CpuTimes>` sums too: unknown as soon as one stretch is).
+impl std::iter::Sum for CpuTimes {
+    fn sum<I: Iterator<Item = CpuTimes>>(it: I) -> CpuTimes {
+        it.fold(CpuTimes::default(), |a, b| CpuTimes {
+            total: a.total.saturating_add(b.total),
+            steal: a.steal.saturating_add(b.steal),
+        })
+    }
+}
+
+/// Steal over a stretch of time: started with `start`, read with `ticks` at any point after.
 #[derive(Debug, Clone, Copy)]
 pub struct StealMeter(Option<CpuTimes>);
 
@@ -61,17 +66,14 @@ impl StealMeter {
     pub fn ticks(&self) -> Option<CpuTimes> {
         CpuTimes::now()?.since(self.0.as_ref()?)
     }
-
-    /// The stolen share of the CPU time since `start`; `None` when unknown.
-    pub fn fraction(&self) -> Option<f64> {
-        self.ticks()?.fraction()
-    }
 }
 
-/// "steal 12.3% of CPU time" or "steal unknown", with a warning when it is large enough to move the figures.
-pub fn describe(fraction: Option<f64>) -> String {
-    match fraction {
-        None => "CPU steal unknown (no /proc/stat)".into(),
+/// "CPU steal 12.3%" over a stretch's `ticks` (`StealMeter::ticks`), with a warning when it is large enough to
+/// move the figures; unknown, with the reason, when the system did not tell or no tick passed.
+pub fn describe(ticks: Option<CpuTimes>) -> String {
+    let Some(ticks) = ticks else { return "CPU steal unknown (no steal column in /proc/stat)".into() };
+    match ticks.fraction() {
+        None => "CPU steal unknown (no tick of the system clock passed)".into(),
         Some(f) if f >= DISTURBED => format!(
             "CPU steal {:.1}% (the hypervisor gave that much of this machine's CPU time to other guests: the figures \
              are low by about as much or more)",
@@ -109,7 +111,12 @@ mod tests {
         assert_eq!(d.fraction(), Some(0.25));
         assert_eq!(a.since(&b), None, "counters never run backwards");
         assert_eq!(CpuTimes { total: 0, steal: 0 }.fraction(), None, "no tick passed");
-        assert!(describe(Some(0.25)).contains("25.0%") && describe(Some(0.25)).contains("low"));
-        assert_eq!(describe(Some(0.001)), "CPU steal 0.1%");
+        assert!(describe(Some(d)).contains("25.0%") && describe(Some(d)).contains("low"));
+        assert_eq!(describe(Some(CpuTimes { total: 1000, steal: 1 })), "CPU steal 0.1%");
+        assert!(describe(Some(CpuTimes { total: 0, steal: 0 })).contains("no tick"));
+        assert!(describe(None).contains("/proc/stat"));
+        let parts = [Some(a), Some(d)];
+        assert_eq!(parts.iter().copied().sum::<Option<CpuTimes>>(), Some(CpuTimes { total: 1400, steal: 110 }));
+        assert_eq!([Some(a), None].iter().copied().sum::<Option<CpuTimes>>(), None, "one unknown stretch");
     }
 }

@@ -206,7 +206,7 @@ fn bench_gguf(path: &std::path::Path) -> anyhow::Result<()> {
         let decode = Phase { work: r.decode_work, seconds: r.decode as f64 / r.decode_tok_s, tokens: r.decode };
         println!("        {}", model_fractions(&limits, prefill, decode));
     }
-    println!("{}", kvproof_engines::cpu_steal::describe(steal.fraction()));
+    println!("{}", kvproof_engines::cpu_steal::describe(steal.ticks()));
     Ok(())
 }
 

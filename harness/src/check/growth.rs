@@ -122,8 +122,8 @@ pub fn analyze(turns: &[GrowthTurn], a: &Assertions) -> Result<GrowthStats, Stri
 /// The steal over the turns' warm and cold runs, their ticks added up; `None` when any side of any turn could not
 /// read them.
 fn steal_of(turns: &[&GrowthTurn]) -> Option<f64> {
-    let mut sides = turns.iter().flat_map(|t| [&t.warm, &t.cold]);
-    sides.try_fold(CpuTimes::default(), |sum, s| Some(sum.plus(s.steal.as_ref()?)))?.fraction()
+    let sides = turns.iter().flat_map(|t| [t.warm.steal, t.cold.steal]);
+    sides.sum::<Option<CpuTimes>>()?.fraction()
 }
 
 /// "from turn 2 (A tokens) to turn T (B tokens, Gx)": the stretch every ratio is over.

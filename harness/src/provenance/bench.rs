@@ -108,7 +108,7 @@ pub fn run(dir: &Path, total_bytes: u64) -> Result<String, ProvenanceError> {
         plain_s,
         total / plain_s / 1e9
     );
-    let _ = writeln!(out, "{} during the two timings", kvproof_engines::cpu_steal::describe(steal.fraction()));
+    let _ = writeln!(out, "{} during the two timings", kvproof_engines::cpu_steal::describe(steal.ticks()));
     let _ = std::fs::remove_file(&pa);
     let _ = std::fs::remove_file(&pb);
     Ok(out)

@@ -59,8 +59,7 @@ impl Timing {
 
     /// With the CPU ticks of `ticks`, one per repeat, added up; unknown when a repeat could not read them.
     pub fn with_steal(self, ticks: &[Option<CpuTimes>]) -> Self {
-        let steal = ticks.iter().try_fold(CpuTimes::default(), |sum, t| Some(sum.plus(t.as_ref()?)));
-        Timing { steal, ..self }
+        Timing { steal: ticks.iter().copied().sum(), ..self }
     }
 
     /// The stolen share of the CPU ticks while these repeats ran; `None` when unknown or no tick passed.
