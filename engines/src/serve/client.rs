@@ -241,8 +241,7 @@ impl StdioEngine {
             .map_err(spawn_error)?;
         let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());
         let (Some(stdin), Some(stdout), Some(stderr)) = pipes else {
-            let _ = child.kill();
-            let _ = child.wait();
+            super::process_tree::kill_tree(&mut child);
             return Err(spawn_error(io::Error::other("child pipes missing")));
         };
         let tail = Arc::new(SharedTail::default());
@@ -588,9 +587,9 @@ impl StdioEngine {
         }
     }
 
+    /// Kills the engine and every process it started (a wrapper's child too), then it is dead.
     fn kill(&mut self, reason: String) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        super::process_tree::kill_tree(&mut self.child);
         self.writer = None;
         self.dead = Some(reason);
     }
@@ -643,10 +642,7 @@ impl StdioEngine {
 impl Drop for StdioEngine {
     fn drop(&mut self) {
         self.writer = None;
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
+        super::process_tree::kill_tree(&mut self.child);
     }
 }
 
@@ -770,6 +766,31 @@ mod tests {
         assert!(err.to_string().contains("stuck here"), "{err}");
         assert!(!e.is_alive());
         assert!(matches!(e.submit(&req), Err(ClientError::Dead { .. })));
+    }
+
+    /// A wrapper (a shell that starts the engine as its child) that hangs: the timeout kills the process the
+    /// wrapper started too, so it does not run on after the harness gave up on it.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn timeout_kills_what_the_engine_started() {
+        let pidfile = std::env::temp_dir().join(format!("kvproof-client-grandchild-{}", std::process::id()));
+        let script = format!(
+            r#"sleep 300 & echo $! > {}; printf '\001\001READY\001\001\nCAPS ids=1\n'; wait"#,
+            pidfile.display()
+        );
+        let mut e = StdioEngine::spawn(&sh(&script), &[], Duration::from_millis(300)).expect("spawn");
+        let req = Request { id: 1, prompt: vec![1], max_tokens: 1, ..Request::default() };
+        let err = e.submit(&req).expect_err("must time out");
+        assert!(matches!(err, ClientError::Timeout { .. }), "{err}");
+        let pid = std::fs::read_to_string(&pidfile).expect("the wrapper wrote its child's pid");
+        let _ = std::fs::remove_file(&pidfile);
+        let stat = format!("/proc/{}/stat", pid.trim());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        // ended: gone, or a zombie its new parent has not reaped yet
+        while std::fs::read_to_string(&stat).is_ok_and(|s| !s.contains(") Z ")) {
+            assert!(Instant::now() < deadline, "the engine's child {} outlived the timeout", pid.trim());
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     #[test]

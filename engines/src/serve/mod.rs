@@ -1,6 +1,6 @@
 //! The stdio serve protocol (docs/protocol.md), so the harness drives any engine process the same way:
 //! `frame` is the wire syntax, `request` maps SUBMIT to an engine `Request`, `server` serves any `Engine`,
-//! `client` drives any process that speaks the protocol, `fuzz` feeds arbitrary bytes to both readers, `text` is the engine's tokenizer and template as both
+//! `client` drives any process that speaks the protocol (`process_tree` kills it with what it started), `fuzz` feeds arbitrary bytes to both readers, `text` is the engine's tokenizer and template as both
 //! servers use it. `http` serves an engine over an OpenAI-compatible HTTP API
 //! instead (docs/http.md).
 
@@ -8,6 +8,7 @@ pub mod client;
 pub mod frame;
 pub mod fuzz;
 pub mod http;
+pub mod process_tree;
 pub mod request;
 pub mod server;
 pub mod text;

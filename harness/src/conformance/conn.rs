@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use kvproof_engines::serve::frame::{EngineFrameReader, MAX_HEADER, MAX_PAYLOAD, READY};
+use kvproof_engines::serve::process_tree::kill_tree;
 use kvproof_engines::serve::EngineFrame;
 
 /// Lines of stderr kept for messages.
@@ -79,8 +80,7 @@ impl Conn {
             .spawn()?;
         let (Some(stdin), Some(stdout), Some(stderr)) = (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
-            let _ = child.kill();
-            let _ = child.wait();
+            kill_tree(&mut child);
             return Err(std::io::Error::other("child pipes missing"));
         };
         let (tx, events) = mpsc::channel();
@@ -190,10 +190,7 @@ impl Conn {
 impl Drop for Conn {
     fn drop(&mut self) {
         self.stdin = None;
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
+        kill_tree(&mut self.child);
     }
 }
 
