@@ -1,5 +1,5 @@
 //! A tile of dot products (`R` rows against `K` rows, `R · K = 16`), each bitwise `dot`: on AVX-512 where the
-//! CPU has it, else `dot` itself on each pair. The matmul's blocks and attention's scores are both such tiles.
+//! CPU has it, else on AVX2 with FMA, else `dot` itself on each pair. The matmul's blocks and attention's scores are both such tiles.
 
 use super::dot;
 use super::matmul::LANES;
@@ -24,6 +24,12 @@ pub(super) fn dots<const R: usize, const K: usize>(
         // SAFETY: the CPU has AVX-512F; rows and score rows are long enough (asserted above)
         #[allow(unsafe_code)]
         return unsafe { super::dot_tiles_avx512::dots::<R, K>(q, keys, chunks, out, ahead) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has AVX2 and FMA; rows and score rows are long enough (asserted above)
+        #[allow(unsafe_code)]
+        return unsafe { super::dot_tiles_avx2::dots::<R, K>(q, keys, chunks, out, ahead) };
     }
     dots_portable::<R, K>(q, keys, chunks, out)
 }
@@ -51,7 +57,7 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(32))]
-        /// The tiles the CPU runs (AVX-512 where it has it) give the portable `dot`'s bits, for every tile shape:
+        /// The tiles the CPU runs (AVX-512 or AVX2 where it has them) give the portable `dot`'s bits, for every tile shape:
         /// a machine without AVX-512 computes the same results.
         #[test]
         fn simd_tiles_match_the_portable_dots(chunks in 0usize..6, keys in 1usize..3, seed in any::<u64>()) {
@@ -69,6 +75,36 @@ mod tests {
             dots_portable::<2, 8>([qs[0], qs[1]], &ks, chunks, split(&mut portable, n));
             prop_assert_eq!(&simd, &portable);
             dots::<1, 16>([qs[3]], &ks, chunks, split(&mut simd, n), &[]);
+            dots_portable::<1, 16>([qs[3]], &ks, chunks, split(&mut portable, n));
+            prop_assert_eq!(&simd, &portable);
+        }
+
+        /// The AVX2 tiles on their own (a machine with AVX-512 runs those instead, but has AVX2 too), with lines to
+        /// prefetch along the way: the portable bits for every tile shape.
+        #[cfg(target_arch = "x86_64")]
+        #[test]
+        fn avx2_tiles_match_the_portable_dots(chunks in 0usize..6, keys in 1usize..3, seed in any::<u64>()) {
+            if !(std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")) {
+                return Ok(());
+            }
+            let width = chunks * LANES;
+            let (a, b) = (random(16 * width, seed), random(16 * keys * width, seed ^ 1));
+            let qs: Vec<&[f32]> = (0..16).map(|i| &a[i * width..(i + 1) * width]).collect();
+            let ks: Vec<&[f32]> = (0..16 * keys).map(|i| &b[i * width..(i + 1) * width]).collect();
+            let n = ks.len();
+            let (mut simd, mut portable) = (vec![0.0f32; 4 * n], vec![0.0f32; 4 * n]);
+            let q4: [&[f32]; 4] = std::array::from_fn(|i| qs[i]);
+            // SAFETY (each call): the CPU has AVX2 and FMA (checked above); rows hold `chunks` chunks, score rows `n`
+            #[allow(unsafe_code)]
+            unsafe { crate::kernels::dot_tiles_avx2::dots::<4, 4>(q4, &ks, chunks, split(&mut simd, n), &b) };
+            dots_portable::<4, 4>(q4, &ks, chunks, split(&mut portable, n));
+            prop_assert_eq!(&simd, &portable);
+            #[allow(unsafe_code)]
+            unsafe { crate::kernels::dot_tiles_avx2::dots::<2, 8>([qs[0], qs[1]], &ks, chunks, split(&mut simd, n), &a) };
+            dots_portable::<2, 8>([qs[0], qs[1]], &ks, chunks, split(&mut portable, n));
+            prop_assert_eq!(&simd, &portable);
+            #[allow(unsafe_code)]
+            unsafe { crate::kernels::dot_tiles_avx2::dots::<1, 16>([qs[3]], &ks, chunks, split(&mut simd, n), &[]) };
             dots_portable::<1, 16>([qs[3]], &ks, chunks, split(&mut portable, n));
             prop_assert_eq!(&simd, &portable);
         }

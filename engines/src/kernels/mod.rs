@@ -9,6 +9,8 @@ mod attention_avx512;
 mod attention_tiles;
 mod dot_tiles;
 #[cfg(target_arch = "x86_64")]
+mod dot_tiles_avx2;
+#[cfg(target_arch = "x86_64")]
 mod dot_tiles_avx512;
 mod exp;
 mod interleaved;

@@ -1,0 +1,169 @@
+//! `dot` over a tile of row pairs on AVX2 with FMA (no AVX-512), bitwise the portable `dot`. A pair's 16 lane sums
+//! do not fit one ymm register, but lanes never meet before the tree: lanes 0..8 of every pair are summed in one
+//! pass over the chunks and lanes 8..16 in a second, each pass a sub-tile of 2 x 4 pairs whose eight accumulators,
+//! row chunks and a key chunk fit the sixteen registers. The second pass reads the lines the first just brought into
+//! L1. A single row (decode) takes both halves of four keys in one pass instead: its keys come from memory once.
+#![allow(unsafe_code)]
+
+use std::arch::x86_64::*;
+
+use super::matmul::LANES;
+
+/// Lanes of a ymm register: half of a chunk.
+const HALF: usize = 8;
+
+/// `dot_tiles_avx512::dots` on AVX2: `out[r][j] = dot(qᵣ, keys[j])` over the first `chunks` chunks of each row
+/// (`finish`'s tree included, the tail not), `R x K` pairs a tile (`R · K = 16`). Lane `l` of a pair is
+/// `Σ_c qᵣ[c][l] · kⱼ[c][l]`, each step fused, `c` ascending; then `h = lanes 0..8 + lanes 8..16`, then
+/// `(h₀ + h₄) + (h₁ + h₅)` and `(h₂ + h₆) + (h₃ + h₇)` added: the same additions on the same values as `finish`.
+/// `keys.len()` is a multiple of `K`. The 64-byte lines of `ahead` are prefetched into L2, an equal share per tile.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA; every row of `q` and `keys` holds at least `chunks · 16` f32s and every `out[r]` at
+/// least `keys.len()`.
+#[target_feature(enable = "avx2,fma")]
+#[inline(never)]
+pub(super) unsafe fn dots<const R: usize, const K: usize>(
+    q: [&[f32]; R],
+    keys: &[&[f32]],
+    chunks: usize,
+    out: [&mut [f32]; R],
+    ahead: &[f32],
+) {
+    const { assert!(R * K == 16, "a tile is sixteen pairs") };
+    let tiles = keys.len() / K;
+    let lines = ahead.len().div_ceil(LANES);
+    let mut asked = 0;
+    let qp = q.map(<[f32]>::as_ptr);
+    let op = out.map(|o| o.as_mut_ptr());
+    for (b, tile) in keys.chunks_exact(K).enumerate() {
+        let kp: [*const f32; K] = std::array::from_fn(|j| tile[j].as_ptr());
+        let upto = (b + 1) * lines / tiles;
+        // [half][r · K + j]: one pair's lanes 0..8 or 8..16
+        let mut acc = [[_mm256_setzero_ps(); 16]; 2];
+        if R == 1 {
+            // one row against many keys (decode): every key row is read once, from memory, so both halves in one
+            // pass (a second pass over the keys would read them again)
+            for g in 0..K / 4 {
+                let keys: [*const f32; 4] = std::array::from_fn(|j| kp[4 * g + j]);
+                // SAFETY: the rows hold `chunks` chunks (the caller's contract)
+                let sums = unsafe { pass_whole::<4>(qp[0], keys, chunks, ahead, &mut asked, upto) };
+                for (h, half) in acc.iter_mut().enumerate() {
+                    half[4 * g..4 * g + 4].copy_from_slice(&sums[h]);
+                }
+            }
+        }
+        for (h, half) in acc.iter_mut().enumerate() {
+            if R > 1 {
+                for rg in 0..R / 2 {
+                    for kg in 0..K / 4 {
+                        let rows = [qp[2 * rg], qp[2 * rg + 1]];
+                        let keys: [*const f32; 4] = std::array::from_fn(|j| kp[4 * kg + j]);
+                        // SAFETY: as above
+                        let sums = unsafe { pass::<2, 4>(rows, keys, chunks, h, ahead, &mut asked, upto) };
+                        for (r, s) in sums.iter().enumerate() {
+                            let at = (2 * rg + r) * K + 4 * kg;
+                            half[at..at + 4].copy_from_slice(s);
+                        }
+                    }
+                }
+            }
+        }
+        while asked < upto {
+            ask(ahead, &mut asked, upto);
+        }
+        for (r, o) in op.iter().enumerate() {
+            for j in 0..K {
+                let v = tree(acc[0][r * K + j], acc[1][r * K + j]);
+                // SAFETY: `out[r]` holds `keys.len()` scores, this tile's at `b · K..(b + 1) · K`
+                unsafe { o.add(b * K + j).write(v) };
+            }
+        }
+    }
+}
+
+/// One half (`h`: lanes `8h..8h + 8`) of the lane sums of `RS x KS` pairs over `chunks` chunks: the rows' half
+/// chunks stay in registers, each key's is loaded once per chunk. One line of `ahead` is asked per chunk.
+///
+/// # Safety
+/// AVX2 and FMA; every row holds `chunks · 16` f32s.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn pass<const RS: usize, const KS: usize>(
+    rows: [*const f32; RS],
+    keys: [*const f32; KS],
+    chunks: usize,
+    h: usize,
+    ahead: &[f32],
+    asked: &mut usize,
+    upto: usize,
+) -> [[__m256; KS]; RS] {
+    let mut acc = [[_mm256_setzero_ps(); KS]; RS];
+    for c in 0..chunks {
+        ask(ahead, asked, upto);
+        let at = c * LANES + h * HALF;
+        // SAFETY: `at + 8 <= chunks · 16`, inside every row; unaligned loads
+        let xv: [__m256; RS] = std::array::from_fn(|r| unsafe { _mm256_loadu_ps(rows[r].add(at)) });
+        for (j, k) in keys.iter().enumerate() {
+            let kv = unsafe { _mm256_loadu_ps(k.add(at)) };
+            for (a, x) in acc.iter_mut().zip(&xv) {
+                a[j] = _mm256_fmadd_ps(*x, kv, a[j]);
+            }
+        }
+    }
+    acc
+}
+
+/// Both halves of the lane sums of one row against `KS` keys (`[half][key]`) in one pass over the chunks.
+///
+/// # Safety
+/// AVX2 and FMA; every row holds `chunks · 16` f32s.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn pass_whole<const KS: usize>(
+    row: *const f32,
+    keys: [*const f32; KS],
+    chunks: usize,
+    ahead: &[f32],
+    asked: &mut usize,
+    upto: usize,
+) -> [[__m256; KS]; 2] {
+    let mut acc = [[_mm256_setzero_ps(); KS]; 2];
+    for c in 0..chunks {
+        ask(ahead, asked, upto);
+        let at = c * LANES;
+        // SAFETY: `at + 16 <= chunks · 16`, inside every row; unaligned loads
+        let xv = unsafe { [_mm256_loadu_ps(row.add(at)), _mm256_loadu_ps(row.add(at + HALF))] };
+        for (j, k) in keys.iter().enumerate() {
+            for (h, (a, x)) in acc.iter_mut().zip(&xv).enumerate() {
+                let kv = unsafe { _mm256_loadu_ps(k.add(at + h * HALF)) };
+                a[j] = _mm256_fmadd_ps(*x, kv, a[j]);
+            }
+        }
+    }
+    acc
+}
+
+/// `finish`'s tree over a pair's lanes (`lo` = lanes 0..8, `hi` = 8..16): `hₗ = lo[l] + hi[l]`, then
+/// `(h₀ + h₄) + (h₁ + h₅)` plus `(h₂ + h₆) + (h₃ + h₇)`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn tree(lo: __m256, hi: __m256) -> f32 {
+    let h = _mm256_add_ps(lo, hi);
+    // [h₀ + h₄, h₁ + h₅, h₂ + h₆, h₃ + h₇]
+    let g = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
+    // [g₀ + g₁, _, g₂ + g₃, _]
+    let f = _mm_add_ps(g, _mm_movehdup_ps(g));
+    _mm_cvtss_f32(_mm_add_ss(f, _mm_movehl_ps(f, f)))
+}
+
+/// Prefetches line `asked` of `ahead` into L2 and counts it, unless `upto` lines are asked already.
+#[inline(always)]
+fn ask(ahead: &[f32], asked: &mut usize, upto: usize) {
+    if *asked < upto {
+        // SAFETY: line `asked` starts inside `ahead` (`upto` is at most its line count); a prefetch reads nothing
+        // the program observes
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(ahead.as_ptr().add(*asked * LANES).cast()) };
+        *asked += 1;
+    }
+}
