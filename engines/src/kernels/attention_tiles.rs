@@ -1,5 +1,5 @@
 //! Attention's weighted sums in register tiles: `Q` queries' sums over `C` chunks of the same values. AVX-512 where
-//! the CPU has it, else a portable loop doing the same operations on the same lanes (the same bits, only slower);
+//! the CPU has it, else AVX2 with FMA, else a portable loop doing the same operations on the same lanes (the same bits, only slower);
 //! a test holds the two to each other.
 
 use super::matmul::LANES;
@@ -16,6 +16,12 @@ pub(super) fn fold<const Q: usize, const C: usize>(p: [&[f32]; Q], v: &[&[f32]],
         // SAFETY: the CPU has AVX-512F; weights, value rows and outputs are long enough (asserted above)
         #[allow(unsafe_code)]
         return unsafe { super::attention_avx512::weighted::<Q, C>(p, v, at, acc) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has AVX2 and FMA; weights, value rows and outputs are long enough (asserted above)
+        #[allow(unsafe_code)]
+        return unsafe { super::attention_avx2::weighted::<Q, C>(p, v, at, acc) };
     }
     fold_portable::<Q, C>(p, v, at, acc)
 }
@@ -65,6 +71,36 @@ mod tests {
                 fold_portable::<2, 2>([p[0], p[1]], &values, chunks - 2, split(&mut portable, w));
                 prop_assert_eq!(&simd, &portable);
             }
+        }
+
+        /// The AVX2 fold on its own (a machine with AVX-512 runs that instead, but has AVX2 too), for every shape
+        /// the attention kernel picks: the portable loop's bits.
+        #[cfg(target_arch = "x86_64")]
+        #[test]
+        fn avx2_folds_match_the_portable_loop(keys in 0usize..40, seed in any::<u64>()) {
+            if !(std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")) {
+                return Ok(());
+            }
+            let w = 9 * LANES;
+            let rows = random(keys * w, seed);
+            let values: Vec<&[f32]> = rows.chunks_exact(w).collect();
+            let weights = random(16 * keys, seed ^ 1);
+            let p: Vec<&[f32]> = weights.chunks_exact(keys.max(1)).take(16).collect();
+            let p: Vec<&[f32]> = if keys == 0 { vec![&[]; 16] } else { p };
+            let start = random(16 * w, seed ^ 2);
+            macro_rules! check {
+                ($(($q:literal, $c:literal)),*) => {$(
+                    let (mut simd, mut portable) = (start.clone(), start.clone());
+                    let pq: [&[f32]; $q] = std::array::from_fn(|i| p[i]);
+                    // SAFETY: the CPU has AVX2 and FMA (checked above); rows hold 9 chunks, weights `keys`
+                    #[allow(unsafe_code)]
+                    unsafe { crate::kernels::attention_avx2::weighted::<$q, $c>(pq, &values, 1, split(&mut simd, w)) };
+                    fold_portable::<$q, $c>(pq, &values, 1, split(&mut portable, w));
+                    prop_assert_eq!(&simd, &portable, "{} x {}", $q, $c);
+                )*};
+            }
+            check!((1, 8), (2, 8), (1, 4), (2, 4), (3, 4), (4, 4), (1, 2), (2, 2), (3, 2), (4, 2), (6, 2), (8, 2),
+                (1, 1), (2, 1), (3, 1), (4, 1), (6, 1), (8, 1), (16, 1));
         }
     }
 }

@@ -5,6 +5,8 @@
 mod activation;
 mod attention;
 #[cfg(target_arch = "x86_64")]
+mod attention_avx2;
+#[cfg(target_arch = "x86_64")]
 mod attention_avx512;
 mod attention_tiles;
 mod dot_tiles;
