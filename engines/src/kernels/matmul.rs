@@ -264,6 +264,12 @@ fn place_column_blocks(blocks: &[Vec<f32>], rows: usize, per: usize, y: &mut [f3
     }
 }
 
+/// A lanes-over-x-rows `Tiled` matmul (`matmul_avx512::tiled`, `matmul_avx2::tiled`): x, rows, w, cols, in_dim,
+/// parts, y.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+type TiledKernel = unsafe fn(&[f32], usize, &[f32], usize, usize, usize, &mut [f32]);
+
 /// `y[r, o] = dot(x[r, :], w[o, :])` for `rows` rows, with the invariant reduction.
 pub fn matmul(x: &[f32], rows: usize, w: &[f32], out_dim: usize, in_dim: usize, y: &mut [f32]) {
     matmul_with(Reduction::Invariant, x, rows, w, out_dim, in_dim, y)
@@ -278,7 +284,15 @@ pub fn matmul_with(red: Reduction, x: &[f32], rows: usize, w: &[f32], out_dim: u
     if let Reduction::Tiled(parts) = red {
         // the deliberately shape-dependent path: every element in `dot_tiled`'s order
         #[cfg(target_arch = "x86_64")]
-        if in_dim > 0 && std::arch::is_x86_feature_detected!("avx512f") {
+        let lanes_kernel: Option<TiledKernel> = if std::arch::is_x86_feature_detected!("avx512f") {
+            Some(super::matmul_avx512::tiled)
+        } else if std::arch::is_x86_feature_detected!("avx2") {
+            Some(super::matmul_avx2::tiled)
+        } else {
+            None
+        };
+        #[cfg(target_arch = "x86_64")]
+        if let Some(kernel) = lanes_kernel.filter(|_| in_dim > 0) {
             // weight rows split among the threads (a short prefill chunk has few x rows), each task's outputs in
             // their own buffer, then placed; every element through the lanes-over-x-rows kernel (the same bits)
             let tasks = if rows * out_dim * in_dim >= PARALLEL_MIN_WORK { rayon::current_num_threads() } else { 1 };
@@ -288,10 +302,11 @@ pub fn matmul_with(red: Reduction, x: &[f32], rows: usize, w: &[f32], out_dim: u
                 .map(|wb| {
                     let cols = wb.len() / in_dim;
                     let mut out = vec![0.0; rows * cols];
-                    // SAFETY: the CPU has AVX-512F; x is rows x in_dim, wb cols x in_dim, out rows x cols
+                    // SAFETY: the CPU has the kernel's features (detected above); x is rows x in_dim, wb cols x
+                    // in_dim, out rows x cols, in_dim > 0
                     #[allow(unsafe_code)]
                     unsafe {
-                        super::matmul_avx512::tiled(x, rows, wb, cols, in_dim, parts, &mut out)
+                        kernel(x, rows, wb, cols, in_dim, parts, &mut out)
                     };
                     out
                 })
@@ -299,7 +314,7 @@ pub fn matmul_with(red: Reduction, x: &[f32], rows: usize, w: &[f32], out_dim: u
             place_column_blocks(&outs, rows, per, y, out_dim);
             return;
         }
-        // without AVX-512: rows in parallel
+        // without AVX2: rows in parallel
         let row = |(xr, yr): (&[f32], &mut [f32])| tiled_row(xr, w, in_dim, parts, yr);
         if rows > 1 && rows * out_dim * in_dim >= PARALLEL_MIN_WORK {
             x.par_chunks_exact(in_dim).zip(y.par_chunks_exact_mut(out_dim)).for_each(row);
@@ -487,6 +502,33 @@ mod tests {
             let w = random(out_dim * in_dim, seed ^ 7);
             let mut y = vec![0.0; rows * out_dim];
             matmul_with(Reduction::Tiled(parts), &x, rows, &w, out_dim, in_dim, &mut y);
+            for r in 0..rows {
+                for o in 0..out_dim {
+                    let e = dot_tiled(&x[r * in_dim..(r + 1) * in_dim], &w[o * in_dim..(o + 1) * in_dim], parts);
+                    prop_assert_eq!(y[r * out_dim + o].to_bits(), e.to_bits());
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+        /// The AVX2 `Tiled` kernel on its own (a machine with AVX-512 runs that one instead, but has AVX2 too):
+        /// `dot_tiled`'s bits for every element, x rows past a whole pass of lanes included.
+        #[cfg(target_arch = "x86_64")]
+        #[test]
+        fn avx2_tiled_matmul_is_dot_tiled_elementwise(
+            rows in 1usize..20, out_dim in 1usize..20, in_dim in 1usize..200, parts in 1usize..70, seed in any::<u64>()
+        ) {
+            if !std::arch::is_x86_feature_detected!("avx2") {
+                return Ok(());
+            }
+            let x = random(rows * in_dim, seed);
+            let w = random(out_dim * in_dim, seed ^ 7);
+            let mut y = vec![0.0; rows * out_dim];
+            // SAFETY: the CPU has AVX2 (checked above); the shapes match and in_dim > 0
+            #[allow(unsafe_code)]
+            unsafe { crate::kernels::matmul_avx2::tiled(&x, rows, &w, out_dim, in_dim, parts, &mut y) };
             for r in 0..rows {
                 for o in 0..out_dim {
                     let e = dot_tiled(&x[r * in_dim..(r + 1) * in_dim], &w[o * in_dim..(o + 1) * in_dim], parts);

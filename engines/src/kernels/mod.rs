@@ -20,6 +20,8 @@ mod interleaved;
 mod lane_dots_avx512;
 mod matmul;
 #[cfg(target_arch = "x86_64")]
+mod matmul_avx2;
+#[cfg(target_arch = "x86_64")]
 mod matmul_avx512;
 mod norm;
 mod qdot;
