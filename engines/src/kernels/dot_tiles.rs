@@ -34,6 +34,24 @@ pub(super) fn dots<const R: usize, const K: usize>(
     dots_portable::<R, K>(q, keys, chunks, out)
 }
 
+/// Prefetches line `asked` of `ahead` into L2 and counts it, unless `upto` lines are asked already: the SIMD
+/// tiles' share of the next tile's lines, one per chunk step.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) fn ask(ahead: &[f32], asked: &mut usize, upto: usize) {
+    if *asked < upto {
+        // SAFETY: line `asked` starts inside `ahead` (`upto` is at most its line count); a prefetch reads nothing
+        // the program observes
+        #[allow(unsafe_code)]
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(
+                ahead.as_ptr().add(*asked * LANES).cast(),
+            )
+        };
+        *asked += 1;
+    }
+}
+
 /// The portable `dots`: `dot` on each pair, cut to the whole chunks.
 pub(super) fn dots_portable<const R: usize, const K: usize>(
     q: [&[f32]; R],

@@ -7,6 +7,7 @@
 
 use std::arch::x86_64::*;
 
+use super::dot_tiles::ask;
 use super::matmul::LANES;
 
 /// Lanes of a ymm register: half of a chunk.
@@ -52,9 +53,8 @@ pub(super) unsafe fn dots<const R: usize, const K: usize>(
                     half[4 * g..4 * g + 4].copy_from_slice(&sums[h]);
                 }
             }
-        }
-        for (h, half) in acc.iter_mut().enumerate() {
-            if R > 1 {
+        } else {
+            for (h, half) in acc.iter_mut().enumerate() {
                 for rg in 0..R / 2 {
                     for kg in 0..K / 4 {
                         let rows = [qp[2 * rg], qp[2 * rg + 1]];
@@ -155,15 +155,4 @@ fn tree(lo: __m256, hi: __m256) -> f32 {
     // [g₀ + g₁, _, g₂ + g₃, _]
     let f = _mm_add_ps(g, _mm_movehdup_ps(g));
     _mm_cvtss_f32(_mm_add_ss(f, _mm_movehl_ps(f, f)))
-}
-
-/// Prefetches line `asked` of `ahead` into L2 and counts it, unless `upto` lines are asked already.
-#[inline(always)]
-fn ask(ahead: &[f32], asked: &mut usize, upto: usize) {
-    if *asked < upto {
-        // SAFETY: line `asked` starts inside `ahead` (`upto` is at most its line count); a prefetch reads nothing
-        // the program observes
-        unsafe { _mm_prefetch::<_MM_HINT_T1>(ahead.as_ptr().add(*asked * LANES).cast()) };
-        *asked += 1;
-    }
 }

@@ -6,6 +6,7 @@
 
 use std::arch::x86_64::*;
 
+use super::dot_tiles::ask;
 use super::matmul::LANES;
 
 /// `out[r][j] = dot(qᵣ, keys[j])` over the first `chunks` chunks of each row (`finish`'s tree included, the tail
@@ -72,17 +73,6 @@ pub(super) unsafe fn dots<const R: usize, const K: usize>(
                 std::ptr::copy_nonoverlapping(s.as_ptr().add(r * K), o.add(b * K), K);
             }
         }
-    }
-}
-
-/// Prefetches line `asked` of `ahead` into L2 and counts it, unless `upto` lines are asked already.
-#[inline(always)]
-fn ask(ahead: &[f32], asked: &mut usize, upto: usize) {
-    if *asked < upto {
-        // SAFETY: line `asked` starts inside `ahead` (`upto` is at most its line count); a prefetch reads nothing
-        // the program observes
-        unsafe { _mm_prefetch::<_MM_HINT_T1>(ahead.as_ptr().add(*asked * LANES).cast()) };
-        *asked += 1;
     }
 }
 

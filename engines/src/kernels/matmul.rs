@@ -264,6 +264,54 @@ fn place_column_blocks(blocks: &[Vec<f32>], rows: usize, per: usize, y: &mut [f3
     }
 }
 
+/// The walk of the lanes-over-x-rows `Tiled` kernels (`matmul_avx512::tiled`, `matmul_avx2::tiled`): `L` x rows
+/// at a time copied transposed into one buffer (`in_dim` rows of `L` lanes, so a lane reads its own row's element
+/// `k` where the others read theirs; lanes past the last x row are zeros and never stored), then
+/// `from_col(o, xt, r0, lanes)` computes the sums of weight rows from `o` on against them, places them and
+/// returns how many weight rows it took, until all `cols` are done.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn tiled_walk<const L: usize>(
+    x: &[f32],
+    rows: usize,
+    in_dim: usize,
+    cols: usize,
+    mut from_col: impl FnMut(usize, &[f32], usize, usize) -> usize,
+) {
+    let mut xt = vec![0.0f32; in_dim * L];
+    for r0 in (0..rows).step_by(L) {
+        let lanes = (rows - r0).min(L);
+        xt.fill(0.0);
+        for i in 0..lanes {
+            for (k, v) in x[(r0 + i) * in_dim..(r0 + i + 1) * in_dim].iter().enumerate() {
+                xt[k * L + i] = *v;
+            }
+        }
+        let mut o = 0;
+        while o < cols {
+            o += from_col(o, &xt, r0, lanes);
+        }
+    }
+}
+
+/// Writes the first `lanes` lanes of each of the `C` weight rows' sums (`sums[j][i]`: x row `r0 + i`, weight row
+/// `o + j`) into `y` (rows of `cols`); returns `C`, the weight rows placed.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn place_lanes<const C: usize, const L: usize>(
+    sums: [[f32; L]; C],
+    y: &mut [f32],
+    cols: usize,
+    r0: usize,
+    lanes: usize,
+    o: usize,
+) -> usize {
+    for (j, lane_sums) in sums.iter().enumerate() {
+        for (i, v) in lane_sums[..lanes].iter().enumerate() {
+            y[(r0 + i) * cols + o + j] = *v;
+        }
+    }
+    C
+}
+
 /// A lanes-over-x-rows `Tiled` matmul (`matmul_avx512::tiled`, `matmul_avx2::tiled`): x, rows, w, cols, in_dim,
 /// parts, y.
 #[cfg(target_arch = "x86_64")]

@@ -4,6 +4,8 @@
 
 use std::arch::x86_64::*;
 
+use super::matmul::{place_lanes, tiled_walk};
+
 /// X rows a `tiled` pass holds side by side: one per lane.
 const TILED_LANES: usize = 8;
 /// Weight rows a pass takes at once: six part sums, six totals, the x lanes and a broadcast weight fit sixteen
@@ -22,45 +24,15 @@ pub(super) unsafe fn tiled(x: &[f32], rows: usize, w: &[f32], cols: usize, in_di
     assert!(in_dim > 0 && x.len() == rows * in_dim && w.len() == cols * in_dim && y.len() == rows * cols);
     let parts = parts.clamp(1, in_dim);
     let step = in_dim.div_ceil(parts).max(1);
-    let mut xt = vec![0.0f32; in_dim * TILED_LANES];
-    for r0 in (0..rows).step_by(TILED_LANES) {
-        let lanes = (rows - r0).min(TILED_LANES);
-        // lanes past the last x row read zeros and are never stored
-        xt.fill(0.0);
-        for i in 0..lanes {
-            for (k, v) in x[(r0 + i) * in_dim..(r0 + i + 1) * in_dim].iter().enumerate() {
-                xt[k * TILED_LANES + i] = *v;
+    tiled_walk::<TILED_LANES>(x, rows, in_dim, cols, |o, xt, r0, lanes| {
+        // SAFETY (each arm): the CPU has AVX2; weight rows o..o + C exist, `xt` holds `in_dim` rows of lanes
+        unsafe {
+            match cols - o {
+                WIDE.. => place_lanes(tiled_cols::<WIDE>(w, o, in_dim, xt, step), y, cols, r0, lanes, o),
+                _ => place_lanes(tiled_cols::<1>(w, o, in_dim, xt, step), y, cols, r0, lanes, o),
             }
         }
-        let mut o = 0;
-        while o < cols {
-            // SAFETY (each arm): the CPU has AVX2; weight rows o..o + C exist, `xt` holds `in_dim` lanes of 8
-            o += unsafe {
-                match cols - o {
-                    WIDE.. => place(tiled_cols::<WIDE>(w, o, in_dim, &xt, step), y, cols, r0, lanes, o),
-                    _ => place(tiled_cols::<1>(w, o, in_dim, &xt, step), y, cols, r0, lanes, o),
-                }
-            };
-        }
-    }
-}
-
-/// Writes the first `lanes` lanes of each of the `C` weight rows' sums (`sums[j][i]`: x row `r0 + i`, weight row
-/// `o + j`) into `y` (rows of `cols`); returns `C`.
-fn place<const C: usize>(
-    sums: [[f32; TILED_LANES]; C],
-    y: &mut [f32],
-    cols: usize,
-    r0: usize,
-    lanes: usize,
-    o: usize,
-) -> usize {
-    for (j, lane_sums) in sums.iter().enumerate() {
-        for (i, v) in lane_sums[..lanes].iter().enumerate() {
-            y[(r0 + i) * cols + o + j] = *v;
-        }
-    }
-    C
+    });
 }
 
 /// The sums of weight rows `o..o + C` against the eight transposed x rows of `xt`: `[C][lane]`.

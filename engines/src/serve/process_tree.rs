@@ -67,11 +67,15 @@ fn children_by_parent() -> HashMap<u32, Vec<u32>> {
     children
 }
 
-/// The parent pid in a `/proc/<pid>/stat` line: `pid (comm) state ppid ...`, where `comm` may itself hold spaces
-/// and parentheses, so the fields are counted from the last `)`.
+/// The fields of a `/proc/<pid>/stat` line after the command name: `pid (comm) state ppid ...`, where `comm` may
+/// itself hold spaces and parentheses, so they start after the last `)`.
+fn fields_after_comm(stat: &str) -> Option<std::str::SplitWhitespace<'_>> {
+    Some(stat[stat.rfind(')')? + 1..].split_whitespace())
+}
+
+/// The parent pid in a `/proc/<pid>/stat` line.
 fn parent_pid(stat: &str) -> Option<u32> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
+    fields_after_comm(stat)?.nth(1)?.parse().ok()
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -100,6 +104,27 @@ fn signal(pid: u32, signal: Signal) {
 #[cfg(not(unix))]
 fn signal(_pid: u32, _signal: Signal) {}
 
+/// Whether `pid` still runs (a zombie waiting for its new parent to reap it has ended).
+#[cfg(all(test, target_os = "linux"))]
+fn running(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    fields_after_comm(&stat).and_then(|mut f| f.next()).is_some_and(|state| state != "Z" && state != "X")
+}
+
+/// Whether `pid` has ended within a few seconds (SIGKILL is delivered asynchronously): the tests' check that a
+/// kill reached a process.
+#[cfg(all(test, target_os = "linux"))]
+pub(crate) fn ends(pid: u32) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while running(pid) {
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,25 +146,6 @@ mod tests {
             assert!(Instant::now() < deadline, "{} was never written", path.display());
             std::thread::sleep(Duration::from_millis(10));
         }
-    }
-
-    /// Whether `pid` still runs (a zombie waiting for its new parent to reap it has ended).
-    fn running(pid: u32) -> bool {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let state = stat.rfind(')').and_then(|at| stat[at + 1..].split_whitespace().next());
-        state.is_some_and(|s| s != "Z" && s != "X")
-    }
-
-    /// Whether `pid` has ended within a few seconds (SIGKILL is delivered asynchronously).
-    fn ends(pid: u32) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while running(pid) {
-            if Instant::now() > deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        true
     }
 
     #[cfg(target_os = "linux")]
