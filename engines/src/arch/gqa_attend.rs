@@ -19,6 +19,16 @@ const QUERIES: usize = 32;
 /// Multiply-adds below which a segment's attention runs on the calling thread.
 const PARALLEL_MIN_WORK: usize = 1 << 17;
 
+/// Multiply-adds from which a decode step's heads are attended on several cores when each core gets a kv head
+/// of its own (a decode step of SmolLM2's 3 kv heads over 128 positions: 15 µs a layer on two cores against 21-29
+/// on one).
+const ONE_ROW_PARALLEL_MIN_WORK: usize = 1 << 14;
+
+/// Multiply-adds from which a decode step is split across cores finer than by kv head (`attend_one_row`): below
+/// it the three hand-offs of that split cost more than cores left idle by heads that do not divide among them
+/// (SmolLM2's 3 kv heads on two cores over 256 positions: 29-31 µs a layer by head, 43-59 in three passes).
+const ONE_ROW_SPLIT_MIN_WORK: usize = 1 << 20;
+
 /// Rows of a segment per task when `group` query heads share a kv head.
 pub fn rows_per_task(group: usize) -> usize {
     (QUERIES / group.max(1)).max(1)
@@ -102,10 +112,13 @@ pub fn attend_rows_in_parts<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: 
     // a decode step over a short window is a few microseconds of work: below that, waking threads costs more
     let work: usize =
         parts.iter().flat_map(|part| (0..rows).map(|i| part.visible(i).len())).sum::<usize>() * heads * hd;
-    if rows == 1 && work >= PARALLEL_MIN_WORK {
+    let kv_heads = heads / group.max(1);
+    // one row: a task per kv head (one hand-off) while the context is short and there is a head for every core;
+    // the three passes of `attend_one_row` keep every core busy on a long one, at three hand-offs
+    let per_head = rows == 1 && kv_heads >= rayon::current_num_threads() && work < ONE_ROW_SPLIT_MIN_WORK;
+    if rows == 1 && work >= PARALLEL_MIN_WORK && !per_head {
         return attend_one_row(q, shape, parts, att);
     }
-    let kv_heads = heads / group.max(1);
     let per = rows_per_task(group);
     let blocks = rows.div_ceil(per);
     let task = |task: usize| {
@@ -129,7 +142,7 @@ pub fn attend_rows_in_parts<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: 
         }
         out
     };
-    let outs: Vec<Vec<f32>> = if work < PARALLEL_MIN_WORK {
+    let outs: Vec<Vec<f32>> = if work < PARALLEL_MIN_WORK && !(per_head && work >= ONE_ROW_PARALLEL_MIN_WORK) {
         (0..blocks * kv_heads).map(task).collect()
     } else {
         (0..blocks * kv_heads).into_par_iter().map(task).collect()
