@@ -119,6 +119,7 @@ pub fn attend_rows_in_parts<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: 
     if rows == 1 && work >= PARALLEL_MIN_WORK && !per_head {
         return attend_one_row(q, shape, parts, att);
     }
+    let parallel_min = if per_head { ONE_ROW_PARALLEL_MIN_WORK } else { PARALLEL_MIN_WORK };
     let per = rows_per_task(group);
     let blocks = rows.div_ceil(per);
     let task = |task: usize| {
@@ -142,7 +143,7 @@ pub fn attend_rows_in_parts<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: 
         }
         out
     };
-    let outs: Vec<Vec<f32>> = if work < PARALLEL_MIN_WORK && !(per_head && work >= ONE_ROW_PARALLEL_MIN_WORK) {
+    let outs: Vec<Vec<f32>> = if work < parallel_min {
         (0..blocks * kv_heads).map(task).collect()
     } else {
         (0..blocks * kv_heads).into_par_iter().map(task).collect()
