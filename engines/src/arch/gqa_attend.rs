@@ -65,6 +65,7 @@ impl<'a, T: KeyPart<'a> + ?Sized> KeyPart<'a> for &T {
     fn visible(&self, row: usize) -> Range<usize> {
         (**self).visible(row)
     }
+    #[inline(always)]
     fn kv(&self, g: usize, p: usize) -> (&'a [f32], &'a [f32]) {
         (**self).kv(g, p)
     }
@@ -84,6 +85,7 @@ where
     fn visible(&self, row: usize) -> Range<usize> {
         (self.visible)(row)
     }
+    #[inline(always)]
     fn kv(&self, g: usize, p: usize) -> (&'a [f32], &'a [f32]) {
         (self.kv)(g, p)
     }
@@ -173,31 +175,44 @@ fn attend_one_row<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: &[P], att:
     let Heads { width: hd, heads, group, scale } = shape;
     let kv_heads = heads / group.max(1);
     let queries = |g: usize| -> Vec<&[f32]> { (0..group).map(|j| &q[(g * group + j) * hd..][..hd]).collect() };
-    // pass 1: (kv head, part, block of keys); an empty part is one empty block
-    let blocks: Vec<(usize, usize, Range<usize>)> = (0..kv_heads)
-        .flat_map(|g| {
-            parts.iter().enumerate().flat_map(move |(k, part)| {
-                let r = part.visible(0);
-                let starts: Vec<usize> =
-                    if r.is_empty() { vec![r.start] } else { r.clone().step_by(KEY_SPLIT).collect() };
-                starts.into_iter().map(move |a| (g, k, a..(a + KEY_SPLIT).min(r.end).max(a)))
-            })
+    // pass 1: (part, block of keys), every kv head of a block in one task (`Scores::dots_of_heads`): a cached row
+    // holds the kv heads' keys side by side, and a task reading one head's share of each row (a third of its
+    // lines, with three kv heads) is no faster than one reading them all; an empty part is one empty block
+    let blocks: Vec<(usize, Range<usize>)> = parts
+        .iter()
+        .enumerate()
+        .flat_map(|(k, part)| {
+            let r = part.visible(0);
+            let starts: Vec<usize> = if r.is_empty() { vec![r.start] } else { r.clone().step_by(KEY_SPLIT).collect() };
+            starts.into_iter().map(move |a| (k, a..(a + KEY_SPLIT).min(r.end).max(a)))
         })
         .collect();
-    let pieces: Vec<Scores> = blocks
+    let every_query: Vec<&[f32]> = (0..kv_heads).flat_map(queries).collect();
+    let pieces: Vec<Vec<Scores>> = blocks
         .par_iter()
-        .map(|(g, k, b)| Scores::dots(&queries(*g), &vec![b.clone(); group], |p| parts[*k].kv(*g, p).0))
+        .map(|(k, b)| Scores::dots_of_heads(&every_query, group, b.clone(), |g, p| parts[*k].kv(g, p).0))
         .collect();
     // each (kv head, part)'s blocks joined, in order
-    let mut scores: Vec<Vec<Scores>> = (0..kv_heads).map(|_| Vec::with_capacity(parts.len())).collect();
-    let mut at = 0;
-    while at < blocks.len() {
-        let (g, k, _) = blocks[at];
-        let n = blocks[at..].iter().take_while(|(g2, k2, _)| (*g2, *k2) == (g, k)).count();
-        scores[g].push(Scores::joined(&pieces[at..at + n]));
-        at += n;
+    let mut by_head: Vec<Vec<Scores>> = (0..kv_heads).map(|_| Vec::with_capacity(blocks.len())).collect();
+    for block in pieces {
+        for (g, sc) in block.into_iter().enumerate() {
+            by_head[g].push(sc);
+        }
     }
-    drop(pieces);
+    let mut scores: Vec<Vec<Scores>> = by_head
+        .iter()
+        .map(|head| {
+            let mut joined = Vec::with_capacity(parts.len());
+            let mut at = 0;
+            while at < blocks.len() {
+                let n = blocks[at..].iter().take_while(|(k, _)| *k == blocks[at].0).count();
+                joined.push(Scores::joined(&head[at..at + n]));
+                at += n;
+            }
+            joined
+        })
+        .collect();
+    drop(by_head);
     // pass 2
     scores.par_iter_mut().for_each(|sc| softmax_parts(sc, scale));
     // pass 3: (kv head, columns), the columns past the last whole span with the last span

@@ -11,7 +11,7 @@
 use std::ops::Range;
 
 use super::attention_tiles::fold;
-use super::dot_tiles::dots;
+use super::dot_tiles::{dots, dots_three, three_in_one_pass};
 use super::matmul::{dot4, LANES};
 use super::{dot, softmax_scaled};
 
@@ -73,7 +73,7 @@ impl Scores {
         let ranges: Vec<Range<usize>> = ranges.iter().map(|r| r.start..r.end.max(r.start)).collect();
         let lo = ranges.iter().map(|r| r.start).min().unwrap_or(0);
         let hi = ranges.iter().map(|r| r.end).max().unwrap_or(lo);
-        let keys: Vec<&[f32]> = (lo..hi).map(&key).collect();
+        let keys: Vec<&[f32]> = (lo..hi).map(key).collect();
         assert!(keys.iter().all(|k| k.len() == width), "attention scores: a key is not as wide as the queries");
         let pairs: usize = ranges.iter().map(|r| r.len()).sum();
         super::work::count(2 * pairs * width, 0);
@@ -89,6 +89,67 @@ impl Scores {
         }
         common_dots(queries, &keys[start..end], start, sc.n, &mut sc.s);
         sc
+    }
+
+    /// `dots` for the queries of several kv heads that all see the indices `range`: `queries` holds `group` queries
+    /// per kv head, in head order, and `key(g, p)` is kv head `g`'s key at index `p`; one `Scores` per kv head,
+    /// bitwise `dots` of its queries. With three queries a head on AVX2 (a decode step of a model with GQA groups of
+    /// three) the heads take each pair of indices in turn (`dots_three`): their keys lie side by side in a cached
+    /// row, so the rows are read in address order.
+    pub fn dots_of_heads<'a>(
+        queries: &[&[f32]],
+        group: usize,
+        range: Range<usize>,
+        key: impl Fn(usize, usize) -> &'a [f32],
+    ) -> Vec<Scores> {
+        let heads = queries.len() / group.max(1);
+        assert_eq!(heads * group, queries.len(), "attention scores: queries are not whole groups");
+        let width = queries.first().map_or(0, |q| q.len());
+        let chunks = width / LANES;
+        if group != 3 || chunks == 0 || range.is_empty() || !three_in_one_pass() {
+            let ranges = vec![range.clone(); group];
+            return (0..heads)
+                .map(|g| Scores::dots(&queries[g * group..(g + 1) * group], &ranges, |p| key(g, p)))
+                .collect();
+        }
+        assert!(queries.iter().all(|q| q.len() == width), "attention scores: queries of different widths");
+        let n = range.len();
+        let keys: Vec<Vec<&[f32]>> = (0..heads).map(|g| range.clone().map(|p| key(g, p)).collect()).collect();
+        assert!(
+            keys.iter().flatten().all(|k| k.len() == width),
+            "attention scores: a key is not as wide as the queries"
+        );
+        super::work::count(2 * queries.len() * n * width, 0);
+        super::work::count_cache(heads * n, width);
+        let mut out: Vec<Scores> = (0..heads)
+            .map(|_| Scores { ranges: vec![range.clone(); group], lo: range.start, n, s: spare_buffer(group * n) })
+            .collect();
+        let whole = n / 2 * 2;
+        {
+            let q: Vec<[&[f32]; 3]> = queries.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect();
+            let k: Vec<&[&[f32]]> = keys.iter().map(|k| &k[..whole]).collect();
+            let mut o: Vec<[&mut [f32]; 3]> = out
+                .iter_mut()
+                .map(|sc| {
+                    let mut rows = sc.s.chunks_exact_mut(n);
+                    std::array::from_fn(|_| &mut rows.next().expect("3 score rows")[..whole])
+                })
+                .collect();
+            dots_three(&q, &k, chunks, &mut o);
+        }
+        for ((sc, kh), qh) in out.iter_mut().zip(&keys).zip(queries.chunks_exact(3)) {
+            for (row, q) in sc.s.chunks_exact_mut(n).zip(qh) {
+                if chunks * LANES < width {
+                    for (x, k) in row[..whole].iter_mut().zip(kh) {
+                        *x = with_tail(*x, q, k, chunks);
+                    }
+                }
+                for (x, k) in row[whole..].iter_mut().zip(&kh[whole..]) {
+                    *x = dot(q, k);
+                }
+            }
+        }
+        out
     }
 
     /// The scores of consecutive blocks of indices (piece `k`: every query over the same block, the blocks in
@@ -180,7 +241,7 @@ impl Scores {
                 && (cols.end.is_multiple_of(LANES) || cols.end == width),
             "attention sums: columns {cols:?} are not whole chunks of a {width}-wide row"
         );
-        let values: Vec<&[f32]> = (self.lo..self.lo + self.n).map(&value).collect();
+        let values: Vec<&[f32]> = (self.lo..self.lo + self.n).map(value).collect();
         assert!(values.iter().all(|v| v.len() >= width), "attention sums: a value row is narrower than out");
         let pairs: usize = self.ranges.iter().map(|r| r.len()).sum();
         super::work::count(2 * pairs * cols.len(), 0);
@@ -574,6 +635,40 @@ mod tests {
             let want: Vec<u32> = ks.chunks_exact(hd).map(|k| dot(&q, k).to_bits()).collect();
             prop_assert_eq!(got[0].to_bits(), f32::NAN.to_bits(), "push_dots appends, it keeps what is there");
             prop_assert_eq!(got[1..].iter().map(|x| x.to_bits()).collect::<Vec<_>>(), want);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// `Scores::dots_of_heads` gives each kv head's queries `dot`'s bits for every key, as `Scores::dots` of
+        /// that head alone: heads whose keys lie side by side in one row (as in the cache), groups of three (the
+        /// path that takes the heads' keys together) and not, widths of whole chunks, with a tail and under one
+        /// chunk, an odd number of keys, none.
+        #[test]
+        fn dots_of_heads_is_dots_per_head(
+            heads in 1usize..4,
+            group in prop_oneof![Just(3usize), 1usize..5],
+            hd in prop_oneof![Just(64usize), Just(16), 1usize..100],
+            keys in 0usize..40,
+            start in 0usize..5,
+            seed in any::<u64>(),
+        ) {
+            let mut r = SplitMix64::new(seed);
+            let mut v = |n: usize| -> Vec<f32> { (0..n).map(|_| r.uniform(1.0)).collect() };
+            let kvd = heads * hd;
+            let (qs, rows) = (v(heads * group * hd), v((start + keys) * kvd));
+            let queries: Vec<&[f32]> = qs.chunks_exact(hd).collect();
+            let key = |g: usize, p: usize| &rows[p * kvd + g * hd..][..hd];
+            let range = start..start + keys;
+            let got = Scores::dots_of_heads(&queries, group, range.clone(), key);
+            prop_assert_eq!(got.len(), heads);
+            for (g, mut sc) in got.into_iter().enumerate() {
+                for (j, q) in queries[g * group..(g + 1) * group].iter().enumerate() {
+                    let want: Vec<u32> = range.clone().map(|p| dot(q, key(g, p)).to_bits()).collect();
+                    let row: Vec<u32> = sc.row_mut(j).iter().map(|x| x.to_bits()).collect();
+                    prop_assert_eq!(row, want, "kv head {} query {}", g, j);
+                }
+            }
         }
     }
 

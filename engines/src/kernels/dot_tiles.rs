@@ -34,6 +34,47 @@ pub(super) fn dots<const R: usize, const K: usize>(
     dots_portable::<R, K>(q, keys, chunks, out)
 }
 
+/// Whether `dots_three` reads each key once: on AVX2 without AVX-512. Elsewhere three rows take a 2 x 8 tile and a
+/// 1 x 16 one (AVX-512 holds a whole pair's lanes in one register: its tiles read a key once per pass already).
+#[inline]
+pub(super) fn three_in_one_pass() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        !std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// `dots` for three rows of each kv head (a decode step's GQA groups of three) against that head's keys, an even
+/// number of them, the same for every head: `out[h][r][j] = dot(q[h][r], keys[h][j])` over the first
+/// `chunks · 16` elements; on AVX2 without AVX-512 the heads' keys pair by pair (`dot_tiles_avx2::dots_three`),
+/// else `dot` on each pair.
+#[inline]
+pub(super) fn dots_three(q: &[[&[f32]; 3]], keys: &[&[&[f32]]], chunks: usize, out: &mut [[&mut [f32]; 3]]) {
+    let n = chunks * LANES;
+    let len = keys.first().map_or(0, |k| k.len());
+    assert!(q.len() == keys.len() && out.len() == keys.len(), "attention tile: one key list per head");
+    assert!(len.is_multiple_of(2) && keys.iter().all(|k| k.len() == len), "attention tile: keys are not whole pairs");
+    assert!(
+        q.iter().flatten().chain(keys.iter().copied().flatten()).all(|r| r.len() >= n),
+        "attention tile: a row is shorter than its chunks"
+    );
+    assert!(out.iter().flatten().all(|o| o.len() >= len), "attention tile: fewer scores than keys");
+    #[cfg(target_arch = "x86_64")]
+    if three_in_one_pass() {
+        // SAFETY: the CPU has AVX2 and FMA; rows and score rows are long enough (asserted above)
+        #[allow(unsafe_code)]
+        return unsafe { super::dot_tiles_avx2::dots_three(q, keys, chunks, out) };
+    }
+    for ((qh, kh), oh) in q.iter().zip(keys).zip(out.iter_mut()) {
+        let [o0, o1, o2] = oh;
+        dots_portable::<3, 2>(*qh, kh, chunks, [&mut o0[..], &mut o1[..], &mut o2[..]]);
+    }
+}
+
 /// Prefetches line `asked` of `ahead` into L2 and counts it, unless `upto` lines are asked already: the SIMD
 /// tiles' share of the next tile's lines, one per chunk step.
 #[cfg(target_arch = "x86_64")]

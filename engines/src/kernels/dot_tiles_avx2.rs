@@ -156,3 +156,46 @@ fn tree(lo: __m256, hi: __m256) -> f32 {
     let f = _mm_add_ps(g, _mm_movehdup_ps(g));
     _mm_cvtss_f32(_mm_add_ss(f, _mm_movehl_ps(f, f)))
 }
+
+/// Three rows (a decode step's GQA group of three query heads) of each kv head against that head's keys, two keys
+/// at a time: `out[h][r][j] = dot(q[h][r], keys[h][j])` over the first `chunks` chunks, bitwise `dots`'. Both
+/// halves of a pair's lanes are summed in one pass over the chunks (twelve accumulators), so each key is read
+/// once, where a 2 x 8 tile and a 1 x 16 one read it three times; and every head takes its pair of keys before
+/// the next pair: the heads' keys lie side by side in a cached row, so the rows are read in address order, which
+/// the hardware prefetcher follows (a head's share of each row alone, a third of the lines, it does not). Every
+/// head has the same even number of keys.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA; every row of `q` and `keys` holds at least `chunks · 16` f32s, every `out[h][r]` at
+/// least `keys[h].len()`, and `q`, `keys` and `out` are equally long.
+#[target_feature(enable = "avx2,fma")]
+#[inline(never)]
+pub(super) unsafe fn dots_three(q: &[[&[f32]; 3]], keys: &[&[&[f32]]], chunks: usize, out: &mut [[&mut [f32]; 3]]) {
+    let pairs = keys.first().map_or(0, |k| k.len() / 2);
+    for b in 0..pairs {
+        for ((qh, kh), oh) in q.iter().zip(keys).zip(out.iter_mut()) {
+            let kp = [kh[2 * b].as_ptr(), kh[2 * b + 1].as_ptr()];
+            // [row][key][half]
+            let mut acc = [[[_mm256_setzero_ps(); 2]; 2]; 3];
+            for c in 0..chunks {
+                for h in 0..2 {
+                    let at = c * LANES + h * HALF;
+                    // SAFETY: `at + 8 <= chunks · 16`, inside every row (the caller's contract); unaligned loads
+                    let kv = unsafe { [_mm256_loadu_ps(kp[0].add(at)), _mm256_loadu_ps(kp[1].add(at))] };
+                    for (a, row) in acc.iter_mut().zip(qh) {
+                        let x = unsafe { _mm256_loadu_ps(row.as_ptr().add(at)) };
+                        for (ak, k) in a.iter_mut().zip(&kv) {
+                            ak[h] = _mm256_fmadd_ps(x, *k, ak[h]);
+                        }
+                    }
+                }
+            }
+            for (a, o) in acc.iter().zip(oh.iter_mut()) {
+                for (j, ak) in a.iter().enumerate() {
+                    // SAFETY: `out[h][r]` holds `keys[h].len()` scores, this pair's at `2b..2b + 2`
+                    unsafe { o.as_mut_ptr().add(2 * b + j).write(tree(ak[0], ak[1])) };
+                }
+            }
+        }
+    }
+}
