@@ -73,10 +73,12 @@ pub(super) unsafe fn dots<const R: usize, const K: usize>(
             ask(ahead, &mut asked, upto);
         }
         for (r, o) in op.iter().enumerate() {
-            for j in 0..K {
-                let v = tree(acc[0][r * K + j], acc[1][r * K + j]);
-                // SAFETY: `out[r]` holds `keys.len()` scores, this tile's at `b · K..(b + 1) · K`
-                unsafe { o.add(b * K + j).write(v) };
+            for j in (0..K).step_by(4) {
+                let at = r * K + j;
+                let four = tree4(std::array::from_fn(|i| acc[0][at + i]), std::array::from_fn(|i| acc[1][at + i]));
+                // SAFETY: `out[r]` holds `keys.len()` scores, this tile's at `b · K..(b + 1) · K` (`K` is a multiple
+                // of four); an unaligned store
+                unsafe { _mm_storeu_ps(o.add(b * K + j), four) };
             }
         }
     }
@@ -144,17 +146,19 @@ unsafe fn pass_whole<const KS: usize>(
     acc
 }
 
-/// `finish`'s tree over a pair's lanes (`lo` = lanes 0..8, `hi` = 8..16): `hₗ = lo[l] + hi[l]`, then
-/// `(h₀ + h₄) + (h₁ + h₅)` plus `(h₂ + h₆) + (h₃ + h₇)`.
+/// `finish`'s tree over four pairs at once (`lo[p]`, `hi[p]`: pair `p`'s lanes 0..8 and 8..16), their sums in
+/// lanes 0..4: `hₗ = lo[l] + hi[l]`, `gᵢ = hᵢ + hᵢ₊₄` in one add of the register's halves, then two horizontal
+/// adds give `(g₀ + g₁) + (g₂ + g₃)` for all four — the same additions on the same values, where a tree per pair
+/// took a shuffle, three scalar adds and a store for each score.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn tree(lo: __m256, hi: __m256) -> f32 {
-    let h = _mm256_add_ps(lo, hi);
-    // [h₀ + h₄, h₁ + h₅, h₂ + h₆, h₃ + h₇]
-    let g = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
-    // [g₀ + g₁, _, g₂ + g₃, _]
-    let f = _mm_add_ps(g, _mm_movehdup_ps(g));
-    _mm_cvtss_f32(_mm_add_ss(f, _mm_movehl_ps(f, f)))
+fn tree4(lo: [__m256; 4], hi: [__m256; 4]) -> __m128 {
+    let g: [__m128; 4] = std::array::from_fn(|p| {
+        let h = _mm256_add_ps(lo[p], hi[p]);
+        _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h))
+    });
+    // [g₀ + g₁, g₂ + g₃] of pairs 0 and 1, then of 2 and 3; then each pair's two added
+    _mm_hadd_ps(_mm_hadd_ps(g[0], g[1]), _mm_hadd_ps(g[2], g[3]))
 }
 
 /// Three rows (a decode step's GQA group of three query heads) of each kv head against that head's keys, two keys
@@ -190,11 +194,16 @@ pub(super) unsafe fn dots_three(q: &[[&[f32]; 3]], keys: &[&[&[f32]]], chunks: u
                     }
                 }
             }
-            for (a, o) in acc.iter().zip(oh.iter_mut()) {
-                for (j, ak) in a.iter().enumerate() {
-                    // SAFETY: `out[h][r]` holds `keys[h].len()` scores, this pair's at `2b..2b + 2`
-                    unsafe { o.as_mut_ptr().add(2 * b + j).write(tree(ak[0], ak[1])) };
-                }
+            // rows 0 and 1 (two keys each) in one tree, row 2 in another
+            let lo = |r: usize, j: usize| acc[r][j][0];
+            let hi = |r: usize, j: usize| acc[r][j][1];
+            let first = tree4([lo(0, 0), lo(0, 1), lo(1, 0), lo(1, 1)], [hi(0, 0), hi(0, 1), hi(1, 0), hi(1, 1)]);
+            let last = tree4([lo(2, 0), lo(2, 1), lo(2, 0), lo(2, 1)], [hi(2, 0), hi(2, 1), hi(2, 0), hi(2, 1)]);
+            // SAFETY: `out[h][r]` holds `keys[h].len()` scores, this pair's at `2b..2b + 2`; unaligned 8-byte stores
+            unsafe {
+                _mm_storel_pd(oh[0].as_mut_ptr().add(2 * b).cast(), _mm_castps_pd(first));
+                _mm_storeh_pd(oh[1].as_mut_ptr().add(2 * b).cast(), _mm_castps_pd(first));
+                _mm_storel_pd(oh[2].as_mut_ptr().add(2 * b).cast(), _mm_castps_pd(last));
             }
         }
     }
