@@ -139,14 +139,7 @@ impl Scores {
         }
         for ((sc, kh), qh) in out.iter_mut().zip(&keys).zip(queries.chunks_exact(3)) {
             for (row, q) in sc.s.chunks_exact_mut(n).zip(qh) {
-                if chunks * LANES < width {
-                    for (x, k) in row[..whole].iter_mut().zip(kh) {
-                        *x = with_tail(*x, q, k, chunks);
-                    }
-                }
-                for (x, k) in row[whole..].iter_mut().zip(&kh[whole..]) {
-                    *x = dot(q, k);
-                }
+                finish_row(row, q, kh, whole, chunks);
             }
         }
         out
@@ -384,14 +377,20 @@ fn tile_dots<const R: usize, const K: usize>(queries: &[&[f32]], keys: &[&[f32]]
     let mut out = out;
     dots::<R, K>(q, &keys[..whole], chunks, out.each_mut().map(|o| &mut o[..whole]), &[]);
     for (o, qr) in out.iter_mut().zip(&q) {
-        if chunks * LANES < qr.len() {
-            for (x, kr) in o[..whole].iter_mut().zip(keys) {
-                *x = with_tail(*x, qr, kr, chunks);
-            }
+        finish_row(o, qr, keys, whole, chunks);
+    }
+}
+
+/// A score row past its SIMD tiles (which scored `keys[..whole]` over `chunks` whole chunks): the elements past the
+/// last whole chunk fused onto those scores, then the keys from `whole` on scored by `dot`.
+fn finish_row(row: &mut [f32], q: &[f32], keys: &[&[f32]], whole: usize, chunks: usize) {
+    if chunks * LANES < q.len() {
+        for (x, k) in row[..whole].iter_mut().zip(keys) {
+            *x = with_tail(*x, q, k, chunks);
         }
-        for (x, kr) in o[whole..].iter_mut().zip(&keys[whole..]) {
-            *x = dot(qr, kr);
-        }
+    }
+    for (x, k) in row[whole..].iter_mut().zip(&keys[whole..]) {
+        *x = dot(q, k);
     }
 }
 
