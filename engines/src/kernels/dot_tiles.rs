@@ -50,8 +50,8 @@ pub(super) fn three_in_one_pass() -> bool {
 
 /// `dots` for three rows of each kv head (a decode step's GQA groups of three) against that head's keys, an even
 /// number of them, the same for every head: `out[h][r][j] = dot(q[h][r], keys[h][j])` over the first
-/// `chunks · 16` elements; on AVX2 without AVX-512 the heads' keys pair by pair (`dot_tiles_avx2::dots_three`),
-/// else `dot` on each pair.
+/// `chunks · 16` elements, the heads' keys pair by pair (`dot_tiles_avx2::dots_three`). Only where
+/// `three_in_one_pass`: elsewhere callers score each head with `dots`' tiles.
 #[inline]
 pub(super) fn dots_three(q: &[[&[f32]; 3]], keys: &[&[&[f32]]], chunks: usize, out: &mut [[&mut [f32]; 3]]) {
     let n = chunks * LANES;
@@ -63,16 +63,13 @@ pub(super) fn dots_three(q: &[[&[f32]; 3]], keys: &[&[&[f32]]], chunks: usize, o
         "attention tile: a row is shorter than its chunks"
     );
     assert!(out.iter().flatten().all(|o| o.len() >= len), "attention tile: fewer scores than keys");
+    assert!(three_in_one_pass(), "attention tile: dots_three needs AVX2 without AVX-512 (check three_in_one_pass)");
     #[cfg(target_arch = "x86_64")]
-    if three_in_one_pass() {
-        // SAFETY: the CPU has AVX2 and FMA; rows and score rows are long enough (asserted above)
-        #[allow(unsafe_code)]
-        return unsafe { super::dot_tiles_avx2::dots_three(q, keys, chunks, out) };
-    }
-    for ((qh, kh), oh) in q.iter().zip(keys).zip(out.iter_mut()) {
-        let [o0, o1, o2] = oh;
-        dots_portable::<3, 2>(*qh, kh, chunks, [&mut o0[..], &mut o1[..], &mut o2[..]]);
-    }
+    // SAFETY: the CPU has AVX2 and FMA (asserted above); rows and score rows are long enough (asserted above)
+    #[allow(unsafe_code)]
+    unsafe {
+        super::dot_tiles_avx2::dots_three(q, keys, chunks, out)
+    };
 }
 
 /// Prefetches line `asked` of `ahead` into L2 and counts it, unless `upto` lines are asked already: the SIMD

@@ -31,7 +31,7 @@ pub(super) unsafe fn dots<const R: usize, const K: usize>(
     out: [&mut [f32]; R],
     ahead: &[f32],
 ) {
-    const { assert!(R * K == 16, "a tile is sixteen pairs") };
+    const { assert!(R * K == 16 && K.is_multiple_of(4), "a tile is sixteen pairs, its keys in fours (one store per four)") };
     let tiles = keys.len() / K;
     let lines = ahead.len().div_ceil(LANES);
     let mut asked = 0;
@@ -165,8 +165,8 @@ fn tree4(lo: [__m256; 4], hi: [__m256; 4]) -> __m128 {
 /// at a time: `out[h][r][j] = dot(q[h][r], keys[h][j])` over the first `chunks` chunks, bitwise `dots`'. Both
 /// halves of a pair's lanes are summed in one pass over the chunks (twelve accumulators), so each key is read
 /// once, where a 2 x 8 tile and a 1 x 16 one read it three times; and every head takes its pair of keys before
-/// the next pair: the heads' keys lie side by side in a cached row, so the rows are read in address order, which
-/// the hardware prefetcher follows (a head's share of each row alone, a third of the lines, it does not). Every
+/// the next pair: the heads' keys lie side by side in a cached row, so the rows are read in address order (read
+/// one head's share at a time, a third of each row's lines, they came from memory no faster than whole). Every
 /// head has the same even number of keys.
 ///
 /// # Safety
