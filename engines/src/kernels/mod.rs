@@ -28,6 +28,8 @@ mod qdot;
 #[cfg(target_arch = "x86_64")]
 mod qdot_avx512;
 #[cfg(target_arch = "x86_64")]
+mod qdot_x4_avx2;
+#[cfg(target_arch = "x86_64")]
 mod qdot_x4_avx512;
 mod quant;
 #[cfg(target_arch = "x86_64")]

@@ -17,7 +17,7 @@
 
 use std::arch::x86_64::*;
 
-use super::interleaved::group_block_bytes;
+use super::interleaved::{ahead, group_block_bytes, rows_of};
 use super::qdot::{hsum, QActs, LANES};
 use super::quant::{QType, QK};
 
@@ -42,41 +42,11 @@ pub unsafe fn tile<const R: usize>(ty: QType, group: &[u8], xq: &QActs, r0: usiz
     }
 }
 
-/// Pointers to rows `r0..r0 + R` of `xq`'s quantized values, and their block scales.
-fn rows_of<const R: usize>(xq: &QActs, r0: usize) -> ([*const i8; R], [&[f32]; R]) {
-    let blocks = xq.in_dim / QK;
-    let xp = std::array::from_fn(|r| xq.q[(r0 + r) * xq.in_dim..].as_ptr());
-    let dx = std::array::from_fn(|r| &xq.d[(r0 + r) * blocks..(r0 + r + 1) * blocks]);
-    (xp, dx)
-}
-
 /// A vector of 16 lanes, lane `j` taking element `at(j)`.
 fn lanes(at: impl Fn(i32) -> i32) -> __m512i {
     let v: [i32; 16] = std::array::from_fn(|j| at(j as i32));
     // SAFETY: 16 i32s, unaligned load
     unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
-}
-
-/// Bytes ahead of the block being read that are asked for: decode reads each weight once, in tasks of a few
-/// kilobytes spread over the threads, too short a stream for the hardware prefetcher to get ahead of.
-/// (Without it SmolLM2's decode ran ~16% slower on a 2-core VM; 2 to 16 KiB ahead were within the noise.)
-const AHEAD: usize = 8192;
-
-/// Ask for the lines `AHEAD` bytes past the block at `blk` (`len` bytes): a later block of the group, or of the
-/// groups after it (a prefetch of an address past the matrix is harmless and never faults).
-#[inline(always)]
-fn ahead(blk: *const u8, len: usize) {
-    let at = blk.wrapping_add(AHEAD);
-    // SAFETY: prefetching reads no memory the program can observe and does not fault
-    unsafe {
-        _mm_prefetch::<_MM_HINT_T0>(at.cast());
-        if len > 64 {
-            _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(64).cast());
-        }
-        if len > 128 {
-            _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(128).cast());
-        }
-    }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c")]

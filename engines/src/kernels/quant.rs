@@ -132,8 +132,8 @@ pub struct QMatrix {
     weights: Weights,
 }
 
-/// How a matrix's weights are held: quantized blocks as laid out in the file; on a CPU with the VNNI kernel,
-/// quantized blocks with four rows interleaved (`interleaved`: the same bytes in an order one pass reads four rows
+/// How a matrix's weights are held: quantized blocks as laid out in the file; on a CPU with the VNNI or the AVX2
+/// kernel, quantized blocks with four rows interleaved (`interleaved`: the same bytes in an order one pass reads four rows
 /// from, rewritten once at load); f32 rows decoded once into their own line-aligned block (the f32 kernel reads
 /// them in place, 64 bytes at a time, with no copy per call).
 #[derive(Debug, Clone)]
@@ -170,12 +170,13 @@ impl Weights {
         Weights::F32(Arc::new(values.collect()))
     }
 
-    /// Whether a block matrix of `out_dim` rows is held interleaved: the VNNI kernel is there to read it, and
-    /// there is at least one whole group of four rows (rows past the last whole group stay in the file's layout).
+    /// Whether a block matrix of `out_dim` rows is held interleaved: a kernel for the layout is there to read it
+    /// (VNNI, or AVX2), and there is at least one whole group of four rows (rows past the last whole group stay in
+    /// the file's layout).
     fn interleaves(ty: QType, out_dim: usize) -> bool {
         #[cfg(target_arch = "x86_64")]
         if ty != QType::F32 && out_dim >= interleaved::ROWS {
-            return super::qdot_avx512::available();
+            return super::qdot_avx512::available() || super::qdot_x4_avx2::available();
         }
         let _ = (ty, out_dim);
         false
@@ -400,9 +401,8 @@ fn blocks_matmul(x: &[f32], rows: usize, outs: &mut [(&QMatrix, &mut [f32])]) {
     }
 }
 
-/// Weight rows `o0..o0 + n` of `w` against every row of `xq` into `part` (`rows x n`, row-major). On the VNNI
-/// kernel see `vnni_group`; else 4 activation rows x 2 weight rows at a time, then the rows left over (all of
-/// decode) one at a time against 4 weight rows — each element the same bits either way.
+/// Weight rows `o0..o0 + n` of `w` against every row of `xq` into `part` (`rows x n`, row-major): interleaved
+/// weights on their kernel (`interleaved_group`), then any rows in the file's layout (`file_group`).
 fn group(w: &QMatrix, xq: &QActs, o0: usize, part: &mut [f32]) {
     let (ty, rb, rows) = (w.ty, w.row_bytes(), xq.rows);
     #[cfg(target_arch = "x86_64")]
@@ -413,14 +413,22 @@ fn group(w: &QMatrix, xq: &QActs, o0: usize, part: &mut [f32]) {
         interleaved_group(ty, &b[o0 * rb..], rb, xq, whole, part);
         if whole < n {
             let mut tail = vec![0.0f32; rows * (n - whole)];
-            vnni_group(ty, &b[(o0 + whole) * rb..], rb, xq, &mut tail);
+            file_group(ty, &b[(o0 + whole) * rb..], rb, xq, &mut tail);
             for (pr, tr) in part.chunks_exact_mut(n).zip(tail.chunks_exact(n - whole)) {
                 pr[whole..].copy_from_slice(tr);
             }
         }
         return;
     }
-    let bytes = &w.blocks()[o0 * rb..];
+    file_group(ty, &w.blocks()[o0 * rb..], rb, xq, part)
+}
+
+/// Weight rows in the file's layout (`bytes`, from the group's first row on) against every row of `xq` into
+/// `part` (`rows x n`). On the VNNI kernel see `vnni_group`; else 4 activation rows x 2 weight rows at a time,
+/// then the rows left over (all of decode) one at a time against 4 weight rows — each element the same bits
+/// either way.
+fn file_group(ty: QType, bytes: &[u8], rb: usize, xq: &QActs, part: &mut [f32]) {
+    let rows = xq.rows;
     #[cfg(target_arch = "x86_64")]
     if super::qdot_avx512::available() {
         return vnni_group(ty, bytes, rb, xq, part);
@@ -478,43 +486,55 @@ fn vnni_group(ty: QType, bytes: &[u8], rb: usize, xq: &QActs, part: &mut [f32]) 
 }
 
 /// The first `whole` columns (a multiple of four) of one group's results (`part`, `rows x n`) from interleaved
-/// weights (`bytes`: from the group's first row on) on the VNNI kernel: four weight rows at a time against 8
-/// activation rows at a time (then 4, then 1).
+/// weights (`bytes`: from the group's first row on), four weight rows at a time: on the VNNI kernel against 8
+/// activation rows at a time (then 4, then 1); else (interleaved weights exist only where one of the two kernels
+/// is `available`) on the AVX2 kernel against 4 (then 2, then 1).
 #[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
 fn interleaved_group(ty: QType, bytes: &[u8], rb: usize, xq: &QActs, whole: usize, part: &mut [f32]) {
     let rows = xq.rows;
-    let n = part.len() / rows;
+    let cols = (whole, part.len() / rows);
     let mut r = 0;
+    // SAFETY (every tile call): the CPU has the kernel's features (checked here, and weights are interleaved
+    // only where a kernel is `available`); `ty` is Q4_1 or Q8_0 (`QMatrix::new`); the kernels assert the rest
+    if super::qdot_avx512::available() {
+        use super::qdot_x4_avx512::tile;
+        while r < rows {
+            r += match rows - r {
+                8.. => interleaved_rows::<8>(bytes, rb, r, cols, part, |g, o| unsafe { tile(ty, g, xq, r, o) }),
+                4.. => interleaved_rows::<4>(bytes, rb, r, cols, part, |g, o| unsafe { tile(ty, g, xq, r, o) }),
+                _ => interleaved_rows::<1>(bytes, rb, r, cols, part, |g, o| unsafe { tile(ty, g, xq, r, o) }),
+            };
+        }
+        return;
+    }
+    assert!(super::qdot_x4_avx2::available(), "interleaved weights without a kernel to read them");
+    use super::qdot_x4_avx2::tile;
     while r < rows {
         r += match rows - r {
-            8.. => interleaved_rows::<8>(ty, bytes, rb, xq, r, (whole, n), part),
-            4.. => interleaved_rows::<4>(ty, bytes, rb, xq, r, (whole, n), part),
-            _ => interleaved_rows::<1>(ty, bytes, rb, xq, r, (whole, n), part),
+            4.. => interleaved_rows::<4>(bytes, rb, r, cols, part, |g, o| unsafe { tile(ty, g, xq, r, o) }),
+            2.. => interleaved_rows::<2>(bytes, rb, r, cols, part, |g, o| unsafe { tile(ty, g, xq, r, o) }),
+            _ => interleaved_rows::<1>(bytes, rb, r, cols, part, |g, o| unsafe { tile(ty, g, xq, r, o) }),
         };
     }
 }
 
-/// Activation rows `r..r + R` of one group on interleaved weights; returns `R`.
+/// Activation rows `r..r + R` of one group on interleaved weights, each group of four weight rows through
+/// `tile` (its bytes, its `R` x 4 results); returns `R`.
 #[cfg(target_arch = "x86_64")]
 fn interleaved_rows<const R: usize>(
-    ty: QType,
     bytes: &[u8],
     rb: usize,
-    xq: &QActs,
     r: usize,
     (whole, n): (usize, usize),
     part: &mut [f32],
+    mut tile: impl FnMut(&[u8], &mut [[f32; R]; 4]),
 ) -> usize {
     let step = interleaved::ROWS;
     let mut out = [[0.0f32; R]; 4];
+    // `whole` is a multiple of four, as `GROUP` is: every step is a whole group
     for o in (0..whole).step_by(step) {
-        // SAFETY: the CPU has the kernel's features (interleaved weights exist only where `available`), the
-        // group holds four rows of `xq`'s length (`QMatrix::new` checked the bytes; `whole` is a multiple of
-        // four, as `GROUP` is), rows `r..r + R` exist
-        #[allow(unsafe_code)]
-        unsafe {
-            super::qdot_x4_avx512::tile::<R>(ty, &bytes[o * rb..(o + step) * rb], xq, r, &mut out)
-        };
+        tile(&bytes[o * rb..(o + step) * rb], &mut out);
         for (c, col) in out.iter().enumerate() {
             for (i, &v) in col.iter().enumerate() {
                 part[(r + i) * n + o + c] = v;
