@@ -101,6 +101,7 @@ pub fn row(ty: QType, interleaved: &[u8], row_bytes: usize, o: usize) -> Vec<u8>
 
 /// Pointers to rows `r0..r0 + R` of `xq`'s quantized values, and their block scales (for the kernels).
 #[cfg(target_arch = "x86_64")]
+#[inline]
 pub(super) fn rows_of<const R: usize>(xq: &QActs, r0: usize) -> ([*const i8; R], [&[f32]; R]) {
     let blocks = xq.in_dim / QK;
     let xp = std::array::from_fn(|r| xq.q[(r0 + r) * xq.in_dim..].as_ptr());
