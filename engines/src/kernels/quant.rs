@@ -133,9 +133,9 @@ pub struct QMatrix {
 }
 
 /// How a matrix's weights are held: quantized blocks as laid out in the file; on a CPU with the VNNI or the AVX2
-/// kernel, quantized blocks with four rows interleaved (`interleaved`: the same bytes in an order one pass reads four rows
-/// from, rewritten once at load); f32 rows decoded once into their own line-aligned block (the f32 kernel reads
-/// them in place, 64 bytes at a time, with no copy per call).
+/// kernel, quantized blocks with four rows interleaved (`interleaved`: the same bytes in an order one pass reads
+/// four rows from, rewritten once at load); f32 rows decoded once into their own line-aligned block (the f32
+/// kernel reads them in place, 64 bytes at a time, with no copy per call).
 #[derive(Debug, Clone)]
 enum Weights {
     Blocks(QBytes),
