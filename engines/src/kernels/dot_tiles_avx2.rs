@@ -161,13 +161,21 @@ fn tree4(lo: [__m256; 4], hi: [__m256; 4]) -> __m128 {
     _mm_hadd_ps(_mm_hadd_ps(g[0], g[1]), _mm_hadd_ps(g[2], g[3]))
 }
 
+/// Pairs of keys ahead of the pair being scored whose lines `dots_three` asks for: a decode step reads a long
+/// cache once, from DRAM, and the tile's multiply-adds between loads kept too few lines in flight (SmolLM2's 30
+/// layers of 2048 cached rows: the scores' pass 127-136 µs a layer without, 98-111 with 4 or 8 pairs ahead, 103-113
+/// with 16; the weighted sums' pass did not gain from the same).
+const PAIRS_AHEAD: usize = 8;
+/// f32s in a 64-byte cache line.
+const LINE: usize = 16;
+
 /// Three rows (a decode step's GQA group of three query heads) of each kv head against that head's keys, two keys
 /// at a time: `out[h][r][j] = dot(q[h][r], keys[h][j])` over the first `chunks` chunks, bitwise `dots`'. Both
 /// halves of a pair's lanes are summed in one pass over the chunks (twelve accumulators), so each key is read
 /// once, where a 2 x 8 tile and a 1 x 16 one read it three times; and every head takes its pair of keys before
 /// the next pair: the heads' keys lie side by side in a cached row, so the rows are read in address order (read
 /// one head's share at a time, a third of each row's lines, they came from memory no faster than whole). Every
-/// head has the same even number of keys.
+/// head has the same even number of keys. The keys `PAIRS_AHEAD` pairs on are asked for as it goes.
 ///
 /// # Safety
 /// The CPU has AVX2 and FMA; every row of `q` and `keys` holds at least `chunks · 16` f32s, every `out[h][r]` at
@@ -179,6 +187,14 @@ pub(super) unsafe fn dots_three(q: &[[&[f32]; 3]], keys: &[&[&[f32]]], chunks: u
     for b in 0..pairs {
         for ((qh, kh), oh) in q.iter().zip(keys).zip(out.iter_mut()) {
             let kp = [kh[2 * b].as_ptr(), kh[2 * b + 1].as_ptr()];
+            if let Some(ahead) = kh.get(2 * (b + PAIRS_AHEAD) + 1) {
+                for row in [kh[2 * (b + PAIRS_AHEAD)], ahead] {
+                    for line in (0..chunks * LANES).step_by(LINE) {
+                        // SAFETY: SSE is part of AVX2; `line` is inside the row
+                        unsafe { _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().add(line).cast()) };
+                    }
+                }
+            }
             // [row][key][half]
             let mut acc = [[[_mm256_setzero_ps(); 2]; 2]; 3];
             for c in 0..chunks {
