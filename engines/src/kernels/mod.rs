@@ -91,6 +91,27 @@ pub(crate) mod test_rows {
         (file, super::qdot::QActs::quantize(&x, 11, in_dim))
     }
 
+    /// Group `g` of `inter` (`file`'s rows interleaved, `rb` bytes a row) through an interleaved kernel's `tile`
+    /// against activation rows `r0..r0 + R` of `xq`: every element bitwise `qdot::dot_reference` on the file's rows.
+    pub fn check_interleaved_group<const R: usize>(
+        ty: super::QType,
+        (file, inter, rb): (&[u8], &[u8], usize),
+        g: usize,
+        xq: &super::qdot::QActs,
+        r0: usize,
+        tile: impl FnOnce(&[u8], &mut [[f32; R]; 4]),
+    ) {
+        let mut out = [[0.0f32; R]; 4];
+        tile(&inter[4 * g * rb..4 * (g + 1) * rb], &mut out);
+        for (c, got) in out.iter().enumerate() {
+            let w = &file[(4 * g + c) * rb..(4 * g + c + 1) * rb];
+            for (r, v) in got.iter().enumerate() {
+                let want = super::qdot::dot_reference(ty, w, xq.row(r0 + r));
+                assert_eq!(v.to_bits(), want.to_bits(), "{ty:?} R {R}: group {g} row {c}, activation row {r}");
+            }
+        }
+    }
+
     /// The first `R` rows of `width` of `x`.
     pub fn split<const R: usize>(x: &mut [f32], width: usize) -> [&mut [f32]; R] {
         let mut it = x.chunks_exact_mut(width);

@@ -201,23 +201,15 @@ unsafe fn q8_0<const C: usize, const R: usize>(
 mod tests {
     use super::*;
     use crate::kernels::interleaved::interleave;
-    use crate::kernels::qdot::dot_reference;
-    use crate::kernels::test_rows::quantized_tile_inputs;
+    use crate::kernels::test_rows::{check_interleaved_group, quantized_tile_inputs};
     use proptest::prelude::*;
 
     /// Every tile height the matmul uses on group `g` of `inter`, bitwise `qdot::dot_reference` on the file's rows.
     fn check<const R: usize>(ty: QType, file: &[u8], inter: &[u8], rb: usize, g: usize, xq: &QActs, r0: usize) {
-        let group = &inter[4 * g * rb..4 * (g + 1) * rb];
-        let mut out = [[0.0f32; R]; 4];
         // SAFETY: `available()` was checked by the caller; the shapes are the contract's
-        unsafe { tile::<R>(ty, group, xq, r0, &mut out) };
-        for (c, got) in out.iter().enumerate() {
-            let w = &file[(4 * g + c) * rb..(4 * g + c + 1) * rb];
-            for (r, v) in got.iter().enumerate() {
-                let want = dot_reference(ty, w, xq.row(r0 + r));
-                assert_eq!(v.to_bits(), want.to_bits(), "{ty:?} R {R}: group {g} row {c}, activation row {r}");
-            }
-        }
+        check_interleaved_group::<R>(ty, (file, inter, rb), g, xq, r0, |group, out| unsafe {
+            tile(ty, group, xq, r0, out)
+        });
     }
 
     proptest! {
