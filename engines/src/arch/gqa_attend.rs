@@ -27,7 +27,10 @@ const ONE_ROW_PARALLEL_MIN_WORK: usize = 1 << 14;
 /// Multiply-adds from which a decode step is split across cores finer than by kv head (`attend_one_row`): below
 /// it the three hand-offs of that split cost more than cores left idle by heads that do not divide among them
 /// (SmolLM2's 3 kv heads on two cores over 256 positions: 29-31 µs a layer by head, 43-59 in three passes).
-const ONE_ROW_SPLIT_MIN_WORK: usize = 1 << 20;
+/// From here on the split wins: over 512 positions 88-91 µs a layer by head, 68-69 split; over 1024, 168-172 and
+/// 115-137 (30 layers' caches, from DRAM); the GGUF engine's decode at 1024 positions, median of five runs, 78.2
+/// tok/s by head and 85.6 split.
+const ONE_ROW_SPLIT_MIN_WORK: usize = 1 << 18;
 
 /// Rows of a segment per task when `group` query heads share a kv head.
 pub fn rows_per_task(group: usize) -> usize {
