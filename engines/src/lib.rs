@@ -25,6 +25,7 @@ pub mod fault;
 mod file_bytes;
 pub mod fixture;
 pub mod gguf;
+pub mod huge_pages;
 pub mod kernels;
 pub mod line_aligned;
 pub mod model_cost;

@@ -13,6 +13,8 @@ use clap::Parser;
 static ALLOCATOR: kvproof_engines::line_aligned::LineAligned = kvproof_engines::line_aligned::LineAligned;
 
 fn main() -> ExitCode {
+    // in-process engines run in this process: their heap in huge pages, as a stdio engine's
+    kvproof_engines::huge_pages::rerun_with_huge_pages();
     // clap exits 2 on its own for usage errors (and 0 for --help / --version).
     let args = cli::Cli::parse();
     match cli::main(args) {

@@ -93,6 +93,7 @@ fn model_config(arch: &str, preset: Preset, overrides: &Map<String, Value>) -> a
 }
 
 fn main() -> ExitCode {
+    kvproof_engines::huge_pages::rerun_with_huge_pages();
     let mut cli = Cli::parse();
     if let Some(model) = &cli.gguf {
         match kvproof_engines::gguf::resolve(&model.to_string_lossy()) {
