@@ -174,8 +174,12 @@ impl Arch for Model {
         let rows = seg.ids.len();
         let writers = vec![seg.writer; rows];
         let batch = Batch { ids: seg.ids, pos0: seg.pos0, writers: writers.clone() };
-        let logits = on_worker(|| self.forward(&mut st.kv, &batch, prefill_reduction(rows), 1));
-        st.drafter.feed(self, seg.ids, writers);
+        // the drafter's kernels on the pool too: from outside it each one was a hand-off to a sleeping worker
+        let logits = on_worker(|| {
+            let logits = self.forward(&mut st.kv, &batch, prefill_reduction(rows), 1);
+            st.drafter.feed(self, seg.ids, writers);
+            logits
+        });
         st.canonical_end = seg.end();
         Some(logits)
     }
