@@ -2,8 +2,10 @@
 //! instance, then `cold_repeats` cold passes run every turn's whole transcript on fresh instances. The first warm
 //! pass builds the transcript from its own replies; every other pass sends the same requests. Passes follow one
 //! another, so the repeats of a turn are far apart in time: a burst of load from another process slows one repeat
-//! of a turn, not all of them, and the median discards it. No warm turn runs right after a cold one, whose large
-//! state would have evicted the warm state from the caches. A panic while a curve is run or checked makes each of
+//! of a turn, not all of them, and the median discards it. The cold passes are spread among the warm ones
+//! (`schedule`), so a slow drift of the machine's speed moves both sides alike. Within a warm pass no turn runs
+//! right after a cold one, whose large state would have evicted the warm state from the caches (a cold pass only
+//! ever precedes a warm pass's first turn, which has nothing to reuse and is not compared). A panic while a curve is run or checked makes each of
 //! its turns an error trial (`guard`) and the other curves go on.
 
 use super::guard::catch_panic;
@@ -112,6 +114,25 @@ struct Planned {
     new_tokens: usize,
 }
 
+/// The order of a curve's passes: the first warm pass (it builds the transcript), then the cold passes spread
+/// evenly among the other warm ones, cold pass `k` after warm pass `⌈(k + 1) · warm / cold⌉` (the last cold pass
+/// last). Run in two blocks, a drift of the machine's speed over the curve's minutes (another guest's load coming
+/// or going) moved one side and not the other, and with it every warm / cold ratio: the same binary's speedup
+/// read 78-95% of the ideal from one run to the next.
+fn schedule(warm: usize, cold: usize) -> Vec<(usize, Role)> {
+    let mut order = Vec::with_capacity(warm + cold);
+    let mut next_cold = 0;
+    for w in 0..warm {
+        order.push((w, Role::Warm));
+        while next_cold < cold && (w + 1) * cold >= (next_cold + 1) * warm {
+            order.push((next_cold, Role::Cold));
+            next_cold += 1;
+        }
+    }
+    order.extend((next_cold..cold).map(|c| (c, Role::Cold)));
+    order
+}
+
 fn run_plan(
     p: &Prepared<'_>,
     params: &GrowthParams,
@@ -134,9 +155,7 @@ fn run_plan(
     // runs[turn] = (warm side, cold side), one run of each per pass
     let mut runs: Vec<(Side, Side)> = (0..turns).map(|_| Default::default()).collect();
 
-    let schedule =
-        (0..params.repeats).map(|p| (p, Role::Warm)).chain((0..params.cold_repeats).map(|p| (p, Role::Cold)));
-    for (pass, role) in schedule {
+    for (pass, role) in schedule(params.repeats, params.cold_repeats) {
         if role == Role::Warm {
             if let Err(e) = inst.launch_warm() {
                 let why = format!("warm instance #{}: {e}", pass + 1);
@@ -233,4 +252,29 @@ fn run_plan(
         progress.inc(1);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn letters(warm: usize, cold: usize) -> String {
+        schedule(warm, cold).iter().map(|(_, r)| if *r == Role::Warm { 'W' } else { 'C' }).collect()
+    }
+
+    #[test]
+    fn cold_passes_are_spread_among_the_warm_ones_after_the_first() {
+        assert_eq!(letters(15, 3), "WWWWWCWWWWWCWWWWWC");
+        assert_eq!(letters(4, 3), "WWCWCWC");
+        assert_eq!(letters(1, 3), "WCCC");
+        assert_eq!(letters(3, 1), "WWWC");
+        assert_eq!(letters(2, 0), "WW");
+        // every pass once, each side's passes in order
+        let order = schedule(7, 5);
+        for role in [Role::Warm, Role::Cold] {
+            let passes: Vec<usize> = order.iter().filter(|(_, r)| *r == role).map(|(p, _)| *p).collect();
+            assert_eq!(passes, (0..if role == Role::Warm { 7 } else { 5 }).collect::<Vec<_>>());
+        }
+        assert_eq!(order[0], (0, Role::Warm));
+    }
 }
