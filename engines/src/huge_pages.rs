@@ -2,7 +2,7 @@
 //! that asks (`/sys/kernel/mm/transparent_hugepage/enabled` is `madvise`, the common default), the process runs
 //! itself again once with glibc's `glibc.malloc.hugetlb=1` tunable, so malloc asks for them on every arena it
 //! grows. glibc reads its tunables before `main`, so setting one means starting again; `exec` keeps the pid, the
-//! open files and the arguments, and the tunable passes on to the engines a run starts.
+//! open files and the arguments.
 //!
 //! Why: a decode step reads every weight and every cached k/v row once, each layer's in its own allocation of a
 //! few hundred KiB to a few MiB. In 4 KiB pages that is a page walk every 4 KiB, and on a virtual machine a walk
@@ -11,6 +11,9 @@
 //! against 132; at 256 inside the noise (95-135 against 102-119). Huge pages for the weights alone (each matrix its own 2 MiB-aligned mapping) gave ~3%, within the
 //! noise: the caches and the rest of the heap are where the walks were.
 //!
+//! The tunable is for this process only: once glibc has read it, `GLIBC_TUNABLES` is put back as it was, so an
+//! engine kvproof starts (another team's, whose memory is theirs to arrange) gets the environment the user gave.
+//!
 //! `KVPROOF_NO_HUGE_PAGES=1` turns it off (to compare, or where a second `exec` is unwelcome).
 
 /// The tunable that makes glibc's malloc advise huge pages on the memory it maps.
@@ -18,6 +21,9 @@ pub const TUNABLE: &str = "glibc.malloc.hugetlb=1";
 
 /// The environment variable that turns the re-run off.
 pub const OPT_OUT: &str = "KVPROOF_NO_HUGE_PAGES";
+
+/// Set across the `exec`: `GLIBC_TUNABLES` as the user gave it (empty: unset), to put back afterwards.
+const BEFORE: &str = "KVPROOF_GLIBC_TUNABLES_BEFORE";
 
 /// Whether a process with these settings should run itself again with `TUNABLE`: Linux's transparent huge pages
 /// only where memory asks (`thp_mode` is the content of `/sys/kernel/mm/transparent_hugepage/enabled`, the mode in
@@ -38,12 +44,21 @@ pub fn with_tunable(tunables: Option<&str>) -> String {
 }
 
 /// Runs this process again with `TUNABLE` when `worth_rerun` says so (and returns only if it does not, or the
-/// `exec` fails: the process then goes on in 4 KiB pages, as before). Call it first thing in `main`, before any
-/// thread starts.
+/// `exec` fails: the process then goes on in 4 KiB pages, as before); in the process run again, puts
+/// `GLIBC_TUNABLES` back as it was. Call it first thing in `main`, before any thread starts.
 pub fn rerun_with_huge_pages() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         use std::os::unix::process::CommandExt;
+        if let Some(before) = std::env::var_os(BEFORE) {
+            // the run again: glibc has read the tunable; children get the user's environment
+            match before.is_empty() {
+                true => std::env::remove_var("GLIBC_TUNABLES"),
+                false => std::env::set_var("GLIBC_TUNABLES", before),
+            }
+            std::env::remove_var(BEFORE);
+            return;
+        }
         let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").ok();
         let tunables = std::env::var("GLIBC_TUNABLES").ok();
         let opt_out = std::env::var(OPT_OUT).ok();
@@ -58,6 +73,7 @@ pub fn rerun_with_huge_pages() {
             .arg0(arg0)
             .args(args)
             .env("GLIBC_TUNABLES", with_tunable(tunables.as_deref()))
+            .env(BEFORE, tunables.as_deref().unwrap_or(""))
             .exec();
     }
 }

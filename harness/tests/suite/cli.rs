@@ -228,3 +228,44 @@ fn a_missing_real_model_exits_2_with_the_command_that_fetches_it() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("bash ci/fetch-smollm2.sh"), "{}", text(&o));
 }
+
+/// The huge-pages rerun (`kvproof_engines::huge_pages`) is kvproof's own: an engine it starts sees
+/// `GLIBC_TUNABLES` as the user gave it, set or unset, whichever way the machine's huge pages are configured.
+#[cfg(unix)]
+#[test]
+fn an_engine_gets_the_users_glibc_tunables() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tmp("tunables");
+    let seen = dir.join("seen");
+    let script = write(
+        &dir,
+        "engine.sh",
+        &format!("#!/bin/sh\necho \"[${{GLIBC_TUNABLES-unset}}]\" > '{}'\nexit 1\n", seen.display()),
+    );
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let scenario = write(
+        &dir,
+        "env.json",
+        &serde_json::json!({
+            "name": "env",
+            "engine": { "command": [script], "timeout_ms": 5000 },
+            "kind": "boundary-matrix",
+            "seed": 1,
+            "params": {},
+        })
+        .to_string(),
+    );
+    for (given, want) in [(None, "[unset]"), (Some("glibc.malloc.arena_max=2"), "[glibc.malloc.arena_max=2]")] {
+        let _ = std::fs::remove_file(&seen);
+        let mut cmd = kvproof();
+        cmd.args(["run"]).arg(&scenario).arg("--out").arg(dir.join("out"));
+        match given {
+            Some(v) => cmd.env("GLIBC_TUNABLES", v),
+            None => cmd.env_remove("GLIBC_TUNABLES"),
+        };
+        let out = cmd.output().expect("run kvproof");
+        let got = std::fs::read_to_string(&seen).unwrap_or_else(|e| panic!("the engine ran ({e}): {}", text(&out)));
+        assert_eq!(got.trim(), want, "GLIBC_TUNABLES given {given:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
