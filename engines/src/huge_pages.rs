@@ -8,19 +8,23 @@
 //! few hundred KiB to a few MiB. In 4 KiB pages that is a page walk every 4 KiB, and on a virtual machine a walk
 //! through two page tables. Measured on the 2-core AVX2 EPYC VM, the GGUF engine's decode (SmolLM2, four to five
 //! alternating runs each): at 1024 cached positions 94-105 tok/s without, 103-118 with; at 128 a median of 123
-//! against 132; at 256 inside the noise (95-135 against 102-119). Huge pages for the weights alone (each matrix its own 2 MiB-aligned mapping) gave ~3%, within the
-//! noise: the caches and the rest of the heap are where the walks were.
+//! against 132; at 256 inside the noise (95-135 against 102-119). Huge pages for the weights alone (each matrix
+//! its own 2 MiB-aligned mapping) gave ~3%, within the noise: the caches and the rest of the heap are where the
+//! walks were.
 //!
 //! The tunable is for this process only: once glibc has read it, `GLIBC_TUNABLES` is put back as it was, so an
 //! engine kvproof starts (another team's, whose memory is theirs to arrange) gets the environment the user gave.
 //!
 //! `KVPROOF_NO_HUGE_PAGES=1` turns it off (to compare, or where a second `exec` is unwelcome).
 
+// elsewhere the re-run compiles to nothing, and only the tests use the rules it would have followed
+#![cfg_attr(not(all(target_os = "linux", target_env = "gnu")), allow(dead_code))]
+
 /// The tunable that makes glibc's malloc advise huge pages on the memory it maps.
-pub const TUNABLE: &str = "glibc.malloc.hugetlb=1";
+const TUNABLE: &str = "glibc.malloc.hugetlb=1";
 
 /// The environment variable that turns the re-run off.
-pub const OPT_OUT: &str = "KVPROOF_NO_HUGE_PAGES";
+const OPT_OUT: &str = "KVPROOF_NO_HUGE_PAGES";
 
 /// Set across the `exec`: `GLIBC_TUNABLES` as the user gave it (empty: unset), to put back afterwards.
 const BEFORE: &str = "KVPROOF_GLIBC_TUNABLES_BEFORE";
@@ -28,7 +32,7 @@ const BEFORE: &str = "KVPROOF_GLIBC_TUNABLES_BEFORE";
 /// Whether a process with these settings should run itself again with `TUNABLE`: Linux's transparent huge pages
 /// only where memory asks (`thp_mode` is the content of `/sys/kernel/mm/transparent_hugepage/enabled`, the mode in
 /// brackets), glibc's tunables not already asking (`tunables`: `GLIBC_TUNABLES`), and no opt-out.
-pub fn worth_rerun(thp_mode: Option<&str>, tunables: Option<&str>, opt_out: Option<&str>) -> bool {
+fn worth_rerun(thp_mode: Option<&str>, tunables: Option<&str>, opt_out: Option<&str>) -> bool {
     let asked = |t: &str| t.split(':').any(|kv| kv.trim().starts_with("glibc.malloc.hugetlb="));
     let madvise_only = thp_mode.is_some_and(|m| m.contains("[madvise]"));
     let opted_out = opt_out.is_some_and(|v| !v.is_empty() && v != "0");
@@ -36,7 +40,7 @@ pub fn worth_rerun(thp_mode: Option<&str>, tunables: Option<&str>, opt_out: Opti
 }
 
 /// `GLIBC_TUNABLES` with `TUNABLE` added to what was there.
-pub fn with_tunable(tunables: Option<&str>) -> String {
+fn with_tunable(tunables: Option<&str>) -> String {
     match tunables {
         Some(t) if !t.is_empty() => format!("{t}:{TUNABLE}"),
         _ => TUNABLE.to_string(),

@@ -5,8 +5,8 @@
 //! of a turn, not all of them, and the median discards it. The cold passes are spread among the warm ones
 //! (`schedule`), so a slow drift of the machine's speed moves both sides alike. Within a warm pass no turn runs
 //! right after a cold one, whose large state would have evicted the warm state from the caches (a cold pass only
-//! ever precedes a warm pass's first turn, which has nothing to reuse and is not compared). A panic while a curve is run or checked makes each of
-//! its turns an error trial (`guard`) and the other curves go on.
+//! ever precedes a warm pass's first turn, which has nothing to reuse and is not compared). A panic while a curve
+//! is run or checked makes each of its turns an error trial (`guard`) and the other curves go on.
 
 use super::guard::catch_panic;
 use super::instances::{Instances, Role, TurnRequest};
