@@ -71,6 +71,11 @@ impl Scores {
         let width = queries.first().map_or(0, |q| q.len());
         assert!(queries.iter().all(|q| q.len() == width), "attention scores: queries of different widths");
         let ranges: Vec<Range<usize>> = ranges.iter().map(|r| r.start..r.end.max(r.start)).collect();
+        if ranges.len() == 3 && ranges.iter().all(|r| *r == ranges[0]) && threes(width, &ranges[0]) {
+            // a decode step's GQA group of three: the three-row tile reads each key once for all of them
+            let keys: Vec<&[f32]> = ranges[0].clone().map(key).collect();
+            return Scores::threes(queries, ranges[0].clone(), &[keys]).pop().expect("one kv head's scores");
+        }
         let lo = ranges.iter().map(|r| r.start).min().unwrap_or(0);
         let hi = ranges.iter().map(|r| r.end).max().unwrap_or(lo);
         let keys: Vec<&[f32]> = (lo..hi).map(key).collect();
@@ -105,16 +110,25 @@ impl Scores {
         let heads = queries.len() / group.max(1);
         assert_eq!(heads * group, queries.len(), "attention scores: queries are not whole groups");
         let width = queries.first().map_or(0, |q| q.len());
-        let chunks = width / LANES;
-        if group != 3 || chunks == 0 || range.is_empty() || !three_in_one_pass() {
+        if group != 3 || !threes(width, &range) {
             let ranges = vec![range.clone(); group];
             return (0..heads)
                 .map(|g| Scores::dots(&queries[g * group..(g + 1) * group], &ranges, |p| key(g, p)))
                 .collect();
         }
+        let keys: Vec<Vec<&[f32]>> = (0..heads).map(|g| range.clone().map(|p| key(g, p)).collect()).collect();
+        Scores::threes(queries, range, &keys)
+    }
+
+    /// `dots_of_heads` on `dots_three` (only where `threes`): three queries per kv head, `keys[g]` kv head `g`'s
+    /// keys over `range`. Not generic over the key lookup, so `dots` can call it.
+    fn threes(queries: &[&[f32]], range: Range<usize>, keys: &[Vec<&[f32]>]) -> Vec<Scores> {
+        let (group, heads) = (3, keys.len());
+        assert_eq!(queries.len(), heads * group, "attention scores: three queries per kv head");
+        let width = queries.first().map_or(0, |q| q.len());
+        let chunks = width / LANES;
         assert!(queries.iter().all(|q| q.len() == width), "attention scores: queries of different widths");
         let n = range.len();
-        let keys: Vec<Vec<&[f32]>> = (0..heads).map(|g| range.clone().map(|p| key(g, p)).collect()).collect();
         assert!(
             keys.iter().flatten().all(|k| k.len() == width),
             "attention scores: a key is not as wide as the queries"
@@ -137,7 +151,7 @@ impl Scores {
                 .collect();
             dots_three(&q, &k, chunks, &mut o);
         }
-        for ((sc, kh), qh) in out.iter_mut().zip(&keys).zip(queries.chunks_exact(3)) {
+        for ((sc, kh), qh) in out.iter_mut().zip(keys).zip(queries.chunks_exact(3)) {
             for (row, q) in sc.s.chunks_exact_mut(n).zip(qh) {
                 finish_row(row, q, kh, whole, chunks);
             }
@@ -325,6 +339,11 @@ fn spare_buffer(len: usize) -> Vec<f32> {
     s.clear();
     s.resize(len, 0.0);
     s
+}
+
+/// Whether three queries of `width` over `range` take `dots_three` (one pass over the keys for all three).
+fn threes(width: usize, range: &Range<usize>) -> bool {
+    width >= LANES && !range.is_empty() && three_in_one_pass()
 }
 
 /// The scores of the shared indices (`keys`, starting at index `at` of each query's score row of `n`), a block of
@@ -667,6 +686,33 @@ mod tests {
                     let row: Vec<u32> = sc.row_mut(j).iter().map(|x| x.to_bits()).collect();
                     prop_assert_eq!(row, want, "kv head {} query {}", g, j);
                 }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Three queries over one range (a decode step's GQA group of three, which `Scores::dots` gives the
+        /// three-row tile): every score is `dot`'s bits, at widths of whole chunks, with a tail and under one
+        /// chunk, over an odd number of keys and none.
+        #[test]
+        fn three_queries_over_one_range_are_dot_per_key(
+            hd in prop_oneof![Just(64usize), Just(16), 1usize..100],
+            keys in 0usize..40,
+            start in 0usize..5,
+            seed in any::<u64>(),
+        ) {
+            let mut r = SplitMix64::new(seed);
+            let mut v = |n: usize| -> Vec<f32> { (0..n).map(|_| r.uniform(1.0)).collect() };
+            let (qs, ks) = (v(3 * hd), v((start + keys) * hd));
+            let queries: Vec<&[f32]> = qs.chunks_exact(hd).collect();
+            let key = |p: usize| &ks[p * hd..(p + 1) * hd];
+            let range = start..start + keys;
+            let mut sc = Scores::dots(&queries, &[range.clone(), range.clone(), range.clone()], key);
+            for (j, q) in queries.iter().enumerate() {
+                let want: Vec<u32> = range.clone().map(|p| dot(q, key(p)).to_bits()).collect();
+                let row: Vec<u32> = sc.row_mut(j).iter().map(|x| x.to_bits()).collect();
+                prop_assert_eq!(row, want, "query {}", j);
             }
         }
     }
