@@ -429,8 +429,8 @@ impl<A: Arch> BundledEngine<A> {
 /// Runs `f` on a thread of rayon's pool (the caller waits): a decode step is a few dozen small parallel kernels,
 /// and each one started from outside the pool is a hand-off to a sleeping worker and back, where from inside it
 /// is a push onto the worker's own queue that it starts on at once. The engine loop runs each decode step this
-/// way, and every arch whose prefill does not poll its observer between layers (all but deepseek, whose
-/// observer need not be `Send`) each prefill segment.
+/// way, and every arch each prefill segment; deepseek, which polls its observer between layers (an observer need
+/// not be `Send`), runs each layer this way and polls on the calling thread.
 pub fn on_worker<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     if rayon::current_thread_index().is_some() {
         f()
