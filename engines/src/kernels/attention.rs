@@ -65,16 +65,19 @@ pub struct Scores {
 
 impl Scores {
     /// `dot(qᵣ, key(j))` for every query `r` and index `j` of its range, each bitwise `dot`: the indices all ranges
-    /// share in register tiles that load a key once for several queries, the rest query by query.
+    /// share in register tiles that load a key once for several queries, the rest query by query. Three queries
+    /// over one range (a kv head's GQA group of three in a decode step) take `dots_three`'s one pass.
     pub fn dots<'a>(queries: &[&[f32]], ranges: &[Range<usize>], key: impl Fn(usize) -> &'a [f32]) -> Scores {
         assert_eq!(ranges.len(), queries.len(), "attention scores: one range per query");
         let width = queries.first().map_or(0, |q| q.len());
         assert!(queries.iter().all(|q| q.len() == width), "attention scores: queries of different widths");
         let ranges: Vec<Range<usize>> = ranges.iter().map(|r| r.start..r.end.max(r.start)).collect();
-        if ranges.len() == 3 && ranges.iter().all(|r| *r == ranges[0]) && threes(width, &ranges[0]) {
+        if ranges.len() == 3 && ranges.iter().all(|r| *r == ranges[0]) && takes_dots_three(width, &ranges[0]) {
             // a decode step's GQA group of three: the three-row tile reads each key once for all of them
             let keys: Vec<&[f32]> = ranges[0].clone().map(key).collect();
-            return Scores::threes(queries, ranges[0].clone(), &[keys]).pop().expect("one kv head's scores");
+            return Scores::dots_three_of_heads(queries, ranges[0].clone(), &[keys])
+                .pop()
+                .expect("one kv head's scores");
         }
         let lo = ranges.iter().map(|r| r.start).min().unwrap_or(0);
         let hi = ranges.iter().map(|r| r.end).max().unwrap_or(lo);
@@ -110,19 +113,19 @@ impl Scores {
         let heads = queries.len() / group.max(1);
         assert_eq!(heads * group, queries.len(), "attention scores: queries are not whole groups");
         let width = queries.first().map_or(0, |q| q.len());
-        if group != 3 || !threes(width, &range) {
+        if group != 3 || !takes_dots_three(width, &range) {
             let ranges = vec![range.clone(); group];
             return (0..heads)
                 .map(|g| Scores::dots(&queries[g * group..(g + 1) * group], &ranges, |p| key(g, p)))
                 .collect();
         }
         let keys: Vec<Vec<&[f32]>> = (0..heads).map(|g| range.clone().map(|p| key(g, p)).collect()).collect();
-        Scores::threes(queries, range, &keys)
+        Scores::dots_three_of_heads(queries, range, &keys)
     }
 
-    /// `dots_of_heads` on `dots_three` (only where `threes`): three queries per kv head, `keys[g]` kv head `g`'s
-    /// keys over `range`. Not generic over the key lookup, so `dots` can call it.
-    fn threes(queries: &[&[f32]], range: Range<usize>, keys: &[Vec<&[f32]>]) -> Vec<Scores> {
+    /// `dots_of_heads` on `dots_three` (only where `takes_dots_three`): three queries per kv head, `keys[g]` kv
+    /// head `g`'s keys over `range`. Not generic over the key lookup, so `dots` can call it.
+    fn dots_three_of_heads(queries: &[&[f32]], range: Range<usize>, keys: &[Vec<&[f32]>]) -> Vec<Scores> {
         let (group, heads) = (3, keys.len());
         assert_eq!(queries.len(), heads * group, "attention scores: three queries per kv head");
         let width = queries.first().map_or(0, |q| q.len());
@@ -342,7 +345,7 @@ fn spare_buffer(len: usize) -> Vec<f32> {
 }
 
 /// Whether three queries of `width` over `range` take `dots_three` (one pass over the keys for all three).
-fn threes(width: usize, range: &Range<usize>) -> bool {
+fn takes_dots_three(width: usize, range: &Range<usize>) -> bool {
     width >= LANES && !range.is_empty() && three_in_one_pass()
 }
 
