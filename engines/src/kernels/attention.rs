@@ -661,10 +661,10 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
-        /// `Scores::dots_of_heads` gives each kv head's queries `dot`'s bits for every key, as `Scores::dots` of
-        /// that head alone: heads whose keys lie side by side in one row (as in the cache), groups of three (the
-        /// path that takes the heads' keys together) and not, widths of whole chunks, with a tail and under one
-        /// chunk, an odd number of keys, none.
+        /// `Scores::dots_of_heads`, and `Scores::dots` of each head alone, give each kv head's queries `dot`'s bits
+        /// for every key: heads whose keys lie side by side in one row (as in the cache), groups of three (the path
+        /// that takes the heads' keys together, and `dots`' route for three queries over one range) and not,
+        /// widths of whole chunks, with a tail and under one chunk, an odd number of keys, none.
         #[test]
         fn dots_of_heads_is_dots_per_head(
             heads in 1usize..4,
@@ -684,38 +684,15 @@ mod tests {
             let got = Scores::dots_of_heads(&queries, group, range.clone(), key);
             prop_assert_eq!(got.len(), heads);
             for (g, mut sc) in got.into_iter().enumerate() {
-                for (j, q) in queries[g * group..(g + 1) * group].iter().enumerate() {
+                let mine = &queries[g * group..(g + 1) * group];
+                let mut alone = Scores::dots(mine, &vec![range.clone(); group], |p| key(g, p));
+                for (j, q) in mine.iter().enumerate() {
                     let want: Vec<u32> = range.clone().map(|p| dot(q, key(g, p)).to_bits()).collect();
                     let row: Vec<u32> = sc.row_mut(j).iter().map(|x| x.to_bits()).collect();
-                    prop_assert_eq!(row, want, "kv head {} query {}", g, j);
+                    prop_assert_eq!(&row, &want, "kv head {} query {}", g, j);
+                    let row: Vec<u32> = alone.row_mut(j).iter().map(|x| x.to_bits()).collect();
+                    prop_assert_eq!(row, want, "kv head {} query {} alone", g, j);
                 }
-            }
-        }
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(64))]
-        /// Three queries over one range (a decode step's GQA group of three, which `Scores::dots` gives the
-        /// three-row tile): every score is `dot`'s bits, at widths of whole chunks, with a tail and under one
-        /// chunk, over an odd number of keys and none.
-        #[test]
-        fn three_queries_over_one_range_are_dot_per_key(
-            hd in prop_oneof![Just(64usize), Just(16), 1usize..100],
-            keys in 0usize..40,
-            start in 0usize..5,
-            seed in any::<u64>(),
-        ) {
-            let mut r = SplitMix64::new(seed);
-            let mut v = |n: usize| -> Vec<f32> { (0..n).map(|_| r.uniform(1.0)).collect() };
-            let (qs, ks) = (v(3 * hd), v((start + keys) * hd));
-            let queries: Vec<&[f32]> = qs.chunks_exact(hd).collect();
-            let key = |p: usize| &ks[p * hd..(p + 1) * hd];
-            let range = start..start + keys;
-            let mut sc = Scores::dots(&queries, &[range.clone(), range.clone(), range.clone()], key);
-            for (j, q) in queries.iter().enumerate() {
-                let want: Vec<u32> = range.clone().map(|p| dot(q, key(p)).to_bits()).collect();
-                let row: Vec<u32> = sc.row_mut(j).iter().map(|x| x.to_bits()).collect();
-                prop_assert_eq!(row, want, "query {}", j);
             }
         }
     }
