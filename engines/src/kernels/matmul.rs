@@ -115,8 +115,10 @@ pub(super) fn block_invariant(x: &[f32], w: &[f32], in_dim: usize, y: &mut [f32]
         let ws = &wrows[t0..t1.next_multiple_of(16)];
         // the next tile's bytes, a share per pass over this one
         let next = &w[(t1 * in_dim).min(w.len())..((t1 + tile) * in_dim).min(w.len())];
-        // (one pass, as in decode, has no compute to hide the next tile behind: the hardware streams it)
-        let share = if passes > 1 { next.len().div_ceil(passes).next_multiple_of(LANES) } else { 0 };
+        // (a single row, as in decode, has too little compute to hide the next tile behind: the hardware streams
+        // it; two to four rows are one pass, whose next tile waited for memory without the asks: a 4-row matmul of
+        // 256 x 256 weights from memory took longer than a 5-row one)
+        let share = if rows > 1 { next.len().div_ceil(passes).next_multiple_of(LANES) } else { 0 };
         let ahead = |p: usize| &next[(p * share).min(next.len())..((p + 1) * share).min(next.len())];
         for q in 0..quads {
             let r = 4 * q;
