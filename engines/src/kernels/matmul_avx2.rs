@@ -1,5 +1,8 @@
 //! glm53's `Tiled` matmul on AVX2 (no AVX-512): `matmul_avx512::tiled` with eight x rows in the lanes of a ymm
 //! register instead of sixteen, against six weight rows at a time (six part sums and six totals in registers).
+//! The x rows left after whole passes of eight (a short segment's MoE expert sees ~11 rows: three left; decode
+//! one) take the lanes the other way: eight weight rows, transposed per block, against each x row broadcast, so
+//! no lane runs empty.
 #![allow(unsafe_code)]
 
 use std::arch::x86_64::*;
@@ -11,10 +14,15 @@ const TILED_LANES: usize = 8;
 /// Weight rows a pass takes at once: six part sums, six totals, the x lanes and a broadcast weight fit sixteen
 /// registers.
 const WIDE: usize = 6;
+/// X rows left after the passes of eight that run over weight lanes instead: up to six, where transposing each
+/// block of eight weight rows (a few shuffles per element) plus full lanes costs fewer instructions than an x-lane
+/// pass with two or more of its eight lanes empty.
+const TAIL_ROWS: usize = 6;
 
 /// The `Tiled` matmul, `y[r, o] = dot_tiled(x[r], w[o], parts)`: the lanes over eight x rows (copied transposed
-/// once per call), each lane in `dot_tiled`'s order (the parts last to first, within a part `k` ascending, each
-/// step a multiply then an add, every sum from -0.0), so the bits are the portable path's.
+/// once per call), the last one to six x rows over eight weight rows (`tail_rows`), each lane in `dot_tiled`'s
+/// order (the parts last to first, within a part `k` ascending, each step a multiply then an add, every sum from
+/// -0.0), so the bits are the portable path's.
 ///
 /// # Safety
 /// The CPU has AVX2; `x` is `rows x in_dim`, `w` is `cols` weight rows of `in_dim`, `y` is `rows x cols`, and
@@ -24,15 +32,154 @@ pub(super) unsafe fn tiled(x: &[f32], rows: usize, w: &[f32], cols: usize, in_di
     assert!(in_dim > 0 && x.len() == rows * in_dim && w.len() == cols * in_dim && y.len() == rows * cols);
     let parts = parts.clamp(1, in_dim);
     let step = in_dim.div_ceil(parts).max(1);
-    tiled_walk::<TILED_LANES>(x, rows, in_dim, cols, |o, xt, r0, lanes| {
+    let tail = match rows % TILED_LANES {
+        left @ 1..=TAIL_ROWS => left,
+        _ => 0,
+    };
+    let lane_rows = rows - tail;
+    let (x_lanes, x_tail) = x.split_at(lane_rows * in_dim);
+    let (y_lanes, y_tail) = y.split_at_mut(lane_rows * cols);
+    tiled_walk::<TILED_LANES>(x_lanes, lane_rows, in_dim, cols, |o, xt, r0, lanes| {
         // SAFETY (each arm): the CPU has AVX2; weight rows o..o + C exist, `xt` holds `in_dim` rows of lanes
         unsafe {
             match cols - o {
-                WIDE.. => place_lanes(tiled_cols::<WIDE>(w, o, in_dim, xt, step), y, cols, r0, lanes, o),
-                _ => place_lanes(tiled_cols::<1>(w, o, in_dim, xt, step), y, cols, r0, lanes, o),
+                WIDE.. => place_lanes(tiled_cols::<WIDE>(w, o, in_dim, xt, step), y_lanes, cols, r0, lanes, o),
+                _ => place_lanes(tiled_cols::<1>(w, o, in_dim, xt, step), y_lanes, cols, r0, lanes, o),
             }
         }
     });
+    if tail > 0 {
+        // SAFETY: the CPU has AVX2; `x_tail` is `tail` rows and `y_tail` `tail` rows of `cols`
+        unsafe { tail_rows(x_tail, tail, w, cols, in_dim, step, y_tail) };
+    }
+}
+
+/// `tiled`'s last `rows` (1..=6) x rows: for each block of eight weight rows, the block transposed (`in_dim` rows
+/// of eight lanes, lanes past the last weight row zero and never stored), then every x row's element `k`
+/// broadcast against row `k` of it, in `dot_tiled`'s order per lane.
+///
+/// # Safety
+/// The CPU has AVX2; `x` is `rows x in_dim` with `1 <= rows <= TAIL_ROWS`, `w` is `cols x in_dim`, `y` is
+/// `rows x cols`.
+#[target_feature(enable = "avx2")]
+unsafe fn tail_rows(x: &[f32], rows: usize, w: &[f32], cols: usize, in_dim: usize, step: usize, y: &mut [f32]) {
+    let mut wt = vec![0.0f32; in_dim * TILED_LANES];
+    for o in (0..cols).step_by(TILED_LANES) {
+        let n = (cols - o).min(TILED_LANES);
+        // SAFETY: the CPU has AVX2; the block is `n` rows of `in_dim`, `wt` `in_dim` rows of eight
+        unsafe { transpose_block(&w[o * in_dim..(o + n) * in_dim], n, in_dim, &mut wt) };
+        // SAFETY (each arm): the CPU has AVX2; `x` holds `C` rows of `in_dim`, `wt` `in_dim` rows of eight
+        let mut place = |sums: &[[f32; TILED_LANES]]| {
+            for (r, lane_sums) in sums.iter().enumerate() {
+                y[r * cols + o..r * cols + o + n].copy_from_slice(&lane_sums[..n]);
+            }
+        };
+        unsafe {
+            match rows {
+                1 => place(&tail_sums::<1>(x, &wt, in_dim, step)),
+                2 => place(&tail_sums::<2>(x, &wt, in_dim, step)),
+                3 => place(&tail_sums::<3>(x, &wt, in_dim, step)),
+                4 => place(&tail_sums::<4>(x, &wt, in_dim, step)),
+                5 => place(&tail_sums::<5>(x, &wt, in_dim, step)),
+                6 => place(&tail_sums::<6>(x, &wt, in_dim, step)),
+                _ => unreachable!("tail_rows takes 1..=TAIL_ROWS x rows"),
+            }
+        }
+    }
+}
+
+/// `C` x rows against the eight transposed weight rows of `wt`: `[x row][weight lane]`, each lane
+/// `dot_tiled(x[r], w[lane], parts)`'s steps in its order.
+///
+/// # Safety
+/// The CPU has AVX2; `x` holds `C` rows of `in_dim`; `wt` holds `in_dim` rows of eight lanes.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn tail_sums<const C: usize>(x: &[f32], wt: &[f32], in_dim: usize, step: usize) -> [[f32; TILED_LANES]; C] {
+    let xr: [&[f32]; C] = std::array::from_fn(|r| &x[r * in_dim..(r + 1) * in_dim]);
+    assert!(wt.len() >= in_dim * TILED_LANES, "tiled: transposed weights too short");
+    let neg_zero = _mm256_set1_ps(-0.0);
+    let mut total = [neg_zero; C];
+    for start in (0..in_dim).step_by(step).rev() {
+        let end = (start + step).min(in_dim);
+        let mut part = [neg_zero; C];
+        for k in start..end {
+            // SAFETY: `k < in_dim` and `wt` holds `in_dim` rows of 8 lanes (asserted); unaligned load
+            let wv = unsafe { _mm256_loadu_ps(wt.as_ptr().add(k * TILED_LANES)) };
+            for (p, row) in part.iter_mut().zip(&xr) {
+                *p = _mm256_add_ps(*p, _mm256_mul_ps(_mm256_set1_ps(row[k]), wv));
+            }
+        }
+        for (t, p) in total.iter_mut().zip(&part) {
+            *t = _mm256_add_ps(*t, *p);
+        }
+    }
+    total.map(|t| {
+        let mut out = [0.0f32; TILED_LANES];
+        // SAFETY: `out` is 8 f32s; unaligned store
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), t) };
+        out
+    })
+}
+
+/// `wt[k · 8 + j] = block[j · in_dim + k]` for the `n` (1..=8) weight rows of `block`, zero for `j >= n`: eight
+/// whole rows in 8 x 8 register transposes, the rest (a partial block, `in_dim`'s last `k`s) one by one.
+///
+/// # Safety
+/// The CPU has AVX2; `block` is `n x in_dim` and `wt` holds at least `in_dim · 8` f32s.
+#[target_feature(enable = "avx2")]
+unsafe fn transpose_block(block: &[f32], n: usize, in_dim: usize, wt: &mut [f32]) {
+    assert!(n <= TILED_LANES && block.len() == n * in_dim && wt.len() >= in_dim * TILED_LANES);
+    let whole = if n == TILED_LANES { in_dim / TILED_LANES * TILED_LANES } else { 0 };
+    for k0 in (0..whole).step_by(TILED_LANES) {
+        // SAFETY: rows `0..8` hold `k0..k0 + 8` (`k0 + 8 <= in_dim`); `wt` rows `k0..k0 + 8` exist; unaligned
+        unsafe {
+            let r: [__m256; 8] = std::array::from_fn(|j| _mm256_loadu_ps(block.as_ptr().add(j * in_dim + k0)));
+            for (i, column) in transpose8(r).iter().enumerate() {
+                _mm256_storeu_ps(wt.as_mut_ptr().add((k0 + i) * TILED_LANES), *column);
+            }
+        }
+    }
+    for k in whole..in_dim {
+        for j in 0..TILED_LANES {
+            wt[k * TILED_LANES + j] = if j < n { block[j * in_dim + k] } else { 0.0 };
+        }
+    }
+}
+
+/// The 8 x 8 transpose of eight rows: `out[i][j] = r[j][i]`.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+    // pairs of rows interleaved, then quads, then the 128-bit halves swapped into place
+    let t: [__m256; 8] = std::array::from_fn(|i| {
+        let (a, b) = (r[i / 2 * 2], r[i / 2 * 2 + 1]);
+        if i % 2 == 0 {
+            _mm256_unpacklo_ps(a, b)
+        } else {
+            _mm256_unpackhi_ps(a, b)
+        }
+    });
+    // t: [0] = lo(r0, r1), [1] = hi(r0, r1), [2] = lo(r2, r3), [3] = hi(r2, r3), then r4..r7 alike
+    let s = [
+        _mm256_shuffle_ps::<0x44>(t[0], t[2]),
+        _mm256_shuffle_ps::<0xEE>(t[0], t[2]),
+        _mm256_shuffle_ps::<0x44>(t[1], t[3]),
+        _mm256_shuffle_ps::<0xEE>(t[1], t[3]),
+        _mm256_shuffle_ps::<0x44>(t[4], t[6]),
+        _mm256_shuffle_ps::<0xEE>(t[4], t[6]),
+        _mm256_shuffle_ps::<0x44>(t[5], t[7]),
+        _mm256_shuffle_ps::<0xEE>(t[5], t[7]),
+    ];
+    // s[c]: columns c (low half) and c + 4 (high half) of rows 0..4; s[c + 4] the same of rows 4..8
+    std::array::from_fn(|i| {
+        let (lo, hi) = (s[i % 4], s[i % 4 + 4]);
+        if i < 4 {
+            _mm256_permute2f128_ps::<0x20>(lo, hi)
+        } else {
+            _mm256_permute2f128_ps::<0x31>(lo, hi)
+        }
+    })
 }
 
 /// The sums of weight rows `o..o + C` against the eight transposed x rows of `xt`: `[C][lane]`.
