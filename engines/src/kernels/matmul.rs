@@ -314,8 +314,8 @@ pub(super) fn place_lanes<const C: usize, const L: usize>(
     C
 }
 
-/// A lanes-over-x-rows `Tiled` matmul (`matmul_avx512::tiled`, `matmul_avx2::tiled`): x, rows, w, cols, in_dim,
-/// parts, y.
+/// A SIMD `Tiled` matmul (`matmul_avx512::tiled`, `matmul_avx2::tiled`; lanes over x rows, AVX2's last few rows
+/// over weight rows): x, rows, w, cols, in_dim, parts, y.
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 type TiledKernel = unsafe fn(&[f32], usize, &[f32], usize, usize, usize, &mut [f32]);
@@ -344,7 +344,7 @@ pub fn matmul_with(red: Reduction, x: &[f32], rows: usize, w: &[f32], out_dim: u
         #[cfg(target_arch = "x86_64")]
         if let Some(kernel) = lanes_kernel.filter(|_| in_dim > 0) {
             // weight rows split among the threads (a short prefill chunk has few x rows), each task's outputs in
-            // their own buffer, then placed; every element through the lanes-over-x-rows kernel (the same bits)
+            // their own buffer, then placed; every element through the SIMD kernel (the same bits)
             let tasks = if rows * out_dim * in_dim >= PARALLEL_MIN_WORK { rayon::current_num_threads() } else { 1 };
             let per = out_dim.div_ceil(tasks.max(1)).next_multiple_of(16).max(16);
             let outs: Vec<Vec<f32>> = w
