@@ -43,8 +43,10 @@ pub(super) unsafe fn tiled(x: &[f32], rows: usize, w: &[f32], cols: usize, in_di
         // SAFETY (each arm): the CPU has AVX2; weight rows o..o + C exist, `xt` holds `in_dim` rows of lanes
         unsafe {
             match cols - o {
-                WIDE.. => place_lanes(tiled_cols::<WIDE>(w, o, in_dim, xt, step), y_lanes, cols, r0, lanes, o),
-                _ => place_lanes(tiled_cols::<1>(w, o, in_dim, xt, step), y_lanes, cols, r0, lanes, o),
+                WIDE.. => {
+                    place_lanes(lane_sums(rows_of::<WIDE>(w, o, in_dim), xt, in_dim, step), y_lanes, cols, r0, lanes, o)
+                }
+                _ => place_lanes(lane_sums(rows_of::<1>(w, o, in_dim), xt, in_dim, step), y_lanes, cols, r0, lanes, o),
             }
         }
     });
@@ -76,38 +78,45 @@ unsafe fn tail_rows(x: &[f32], rows: usize, w: &[f32], cols: usize, in_dim: usiz
         // SAFETY (each arm): the CPU has AVX2; `x` holds `C` rows of `in_dim`, `wt` `in_dim` rows of eight
         unsafe {
             match rows {
-                1 => place(&tail_sums::<1>(x, &wt, in_dim, step)),
-                2 => place(&tail_sums::<2>(x, &wt, in_dim, step)),
-                3 => place(&tail_sums::<3>(x, &wt, in_dim, step)),
-                4 => place(&tail_sums::<4>(x, &wt, in_dim, step)),
-                5 => place(&tail_sums::<5>(x, &wt, in_dim, step)),
-                6 => place(&tail_sums::<6>(x, &wt, in_dim, step)),
+                1 => place(&lane_sums(rows_of::<1>(x, 0, in_dim), &wt, in_dim, step)),
+                2 => place(&lane_sums(rows_of::<2>(x, 0, in_dim), &wt, in_dim, step)),
+                3 => place(&lane_sums(rows_of::<3>(x, 0, in_dim), &wt, in_dim, step)),
+                4 => place(&lane_sums(rows_of::<4>(x, 0, in_dim), &wt, in_dim, step)),
+                5 => place(&lane_sums(rows_of::<5>(x, 0, in_dim), &wt, in_dim, step)),
+                6 => place(&lane_sums(rows_of::<6>(x, 0, in_dim), &wt, in_dim, step)),
                 _ => unreachable!("tail_rows takes 1..=TAIL_ROWS x rows"),
             }
         }
     }
 }
 
-/// `C` x rows against the eight transposed weight rows of `wt`: `[x row][weight lane]`, each lane
-/// `dot_tiled(x[r], w[lane], parts)`'s steps in its order.
+/// `C` rows, each element `k` broadcast against row `k` of `lanes` (`in_dim` rows of eight lanes: eight x rows
+/// or eight weight rows, transposed): `[row][lane]`, each lane `dot_tiled(row, lane's row, parts)`'s steps in its
+/// order (the parts last to first, within a part `k` ascending, a multiply then an add, every sum from -0.0). Both
+/// ways of `tiled` run through it: weight rows against x lanes, x rows against weight lanes.
 ///
 /// # Safety
-/// The CPU has AVX2; `x` holds `C` rows of `in_dim`; `wt` holds `in_dim` rows of eight lanes.
+/// The CPU has AVX2; every row of `rows` holds `in_dim` f32s; `lanes` holds `in_dim` rows of 8 lanes.
 #[target_feature(enable = "avx2")]
 #[inline]
-unsafe fn tail_sums<const C: usize>(x: &[f32], wt: &[f32], in_dim: usize, step: usize) -> [[f32; TILED_LANES]; C] {
-    let xr: [&[f32]; C] = std::array::from_fn(|r| &x[r * in_dim..(r + 1) * in_dim]);
-    assert!(wt.len() >= in_dim * TILED_LANES, "tiled: transposed weights too short");
+unsafe fn lane_sums<const C: usize>(
+    rows: [&[f32]; C],
+    lanes: &[f32],
+    in_dim: usize,
+    step: usize,
+) -> [[f32; TILED_LANES]; C] {
+    assert!(rows.iter().all(|r| r.len() >= in_dim), "tiled: a row is shorter than in_dim");
+    assert!(lanes.len() >= in_dim * TILED_LANES, "tiled: transposed rows too short");
     let neg_zero = _mm256_set1_ps(-0.0);
     let mut total = [neg_zero; C];
     for start in (0..in_dim).step_by(step).rev() {
         let end = (start + step).min(in_dim);
         let mut part = [neg_zero; C];
         for k in start..end {
-            // SAFETY: `k < in_dim` and `wt` holds `in_dim` rows of 8 lanes (asserted); unaligned load
-            let wv = unsafe { _mm256_loadu_ps(wt.as_ptr().add(k * TILED_LANES)) };
-            for (p, row) in part.iter_mut().zip(&xr) {
-                *p = _mm256_add_ps(*p, _mm256_mul_ps(_mm256_set1_ps(row[k]), wv));
+            // SAFETY: `k < in_dim` and `lanes` holds `in_dim` rows of 8 lanes (asserted); unaligned load
+            let lv = unsafe { _mm256_loadu_ps(lanes.as_ptr().add(k * TILED_LANES)) };
+            for (p, row) in part.iter_mut().zip(&rows) {
+                *p = _mm256_add_ps(*p, _mm256_mul_ps(lv, _mm256_set1_ps(row[k])));
             }
         }
         for (t, p) in total.iter_mut().zip(&part) {
@@ -120,6 +129,11 @@ unsafe fn tail_sums<const C: usize>(x: &[f32], wt: &[f32], in_dim: usize, step: 
         unsafe { _mm256_storeu_ps(out.as_mut_ptr(), t) };
         out
     })
+}
+
+/// `C` consecutive rows of `m` (rows of `in_dim`) from row `at` on.
+fn rows_of<const C: usize>(m: &[f32], at: usize, in_dim: usize) -> [&[f32]; C] {
+    std::array::from_fn(|j| &m[(at + j) * in_dim..(at + j + 1) * in_dim])
 }
 
 /// `wt[k · 8 + j] = block[j · in_dim + k]` for the `n` (1..=8) weight rows of `block`, zero for `j >= n`: eight
@@ -179,44 +193,5 @@ fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
         } else {
             _mm256_permute2f128_ps::<0x31>(lo, hi)
         }
-    })
-}
-
-/// The sums of weight rows `o..o + C` against the eight transposed x rows of `xt`: `[C][lane]`.
-///
-/// # Safety
-/// The CPU has AVX2; `w` holds rows `o..o + C` of `in_dim`; `xt` holds `in_dim` rows of 8 lanes.
-#[target_feature(enable = "avx2")]
-#[inline]
-unsafe fn tiled_cols<const C: usize>(
-    w: &[f32],
-    o: usize,
-    in_dim: usize,
-    xt: &[f32],
-    step: usize,
-) -> [[f32; TILED_LANES]; C] {
-    let wr: [&[f32]; C] = std::array::from_fn(|j| &w[(o + j) * in_dim..(o + j + 1) * in_dim]);
-    assert!(xt.len() >= in_dim * TILED_LANES, "tiled: transposed rows too short");
-    let neg_zero = _mm256_set1_ps(-0.0);
-    let mut total = [neg_zero; C];
-    for start in (0..in_dim).step_by(step).rev() {
-        let end = (start + step).min(in_dim);
-        let mut part = [neg_zero; C];
-        for k in start..end {
-            // SAFETY: `k < in_dim` and `xt` holds `in_dim` rows of 8 lanes (asserted); unaligned load
-            let xv = unsafe { _mm256_loadu_ps(xt.as_ptr().add(k * TILED_LANES)) };
-            for (p, row) in part.iter_mut().zip(&wr) {
-                *p = _mm256_add_ps(*p, _mm256_mul_ps(xv, _mm256_set1_ps(row[k])));
-            }
-        }
-        for (t, p) in total.iter_mut().zip(&part) {
-            *t = _mm256_add_ps(*t, *p);
-        }
-    }
-    total.map(|t| {
-        let mut out = [0.0f32; TILED_LANES];
-        // SAFETY: `out` is 8 f32s; unaligned store
-        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), t) };
-        out
     })
 }
