@@ -39,17 +39,32 @@ pub(super) unsafe fn tiled(x: &[f32], rows: usize, w: &[f32], cols: usize, in_di
     let lane_rows = rows - tail;
     let (x_lanes, x_tail) = x.split_at(lane_rows * in_dim);
     let (y_lanes, y_tail) = y.split_at_mut(lane_rows * cols);
-    tiled_walk::<TILED_LANES>(x_lanes, lane_rows, in_dim, cols, |o, xt, r0, lanes| {
-        // SAFETY (each arm): the CPU has AVX2; weight rows o..o + C exist, `xt` holds `in_dim` rows of lanes
-        unsafe {
-            match cols - o {
-                WIDE.. => {
-                    place_lanes(lane_sums(rows_of::<WIDE>(w, o, in_dim), xt, in_dim, step), y_lanes, cols, r0, lanes, o)
+    // with no whole pass of eight (decode, a few rows) the walk would only allocate its transposed rows
+    if lane_rows > 0 {
+        tiled_walk::<TILED_LANES>(x_lanes, lane_rows, in_dim, cols, |o, xt, r0, lanes| {
+            // SAFETY (each arm): the CPU has AVX2; weight rows o..o + C exist, `xt` holds `in_dim` rows of lanes
+            unsafe {
+                match cols - o {
+                    WIDE.. => place_lanes(
+                        lane_sums(rows_of::<WIDE>(w, o, in_dim), xt, in_dim, step),
+                        y_lanes,
+                        cols,
+                        r0,
+                        lanes,
+                        o,
+                    ),
+                    _ => place_lanes(
+                        lane_sums(rows_of::<1>(w, o, in_dim), xt, in_dim, step),
+                        y_lanes,
+                        cols,
+                        r0,
+                        lanes,
+                        o,
+                    ),
                 }
-                _ => place_lanes(lane_sums(rows_of::<1>(w, o, in_dim), xt, in_dim, step), y_lanes, cols, r0, lanes, o),
             }
-        }
-    });
+        });
+    }
     if tail > 0 {
         // SAFETY: the CPU has AVX2; `x_tail` is `tail` rows and `y_tail` `tail` rows of `cols`
         unsafe { tail_rows(x_tail, tail, w, cols, in_dim, step, y_tail) };
@@ -71,8 +86,8 @@ unsafe fn tail_rows(x: &[f32], rows: usize, w: &[f32], cols: usize, in_dim: usiz
         // SAFETY: the CPU has AVX2; the block is `n` rows of `in_dim`, `wt` `in_dim` rows of eight
         unsafe { transpose_block(&w[o * in_dim..(o + n) * in_dim], n, in_dim, &mut wt) };
         let mut place = |sums: &[[f32; TILED_LANES]]| {
-            for (r, lane_sums) in sums.iter().enumerate() {
-                y[r * cols + o..r * cols + o + n].copy_from_slice(&lane_sums[..n]);
+            for (r, row_sums) in sums.iter().enumerate() {
+                y[r * cols + o..r * cols + o + n].copy_from_slice(&row_sums[..n]);
             }
         };
         // SAFETY (each arm): the CPU has AVX2; `x` holds `C` rows of `in_dim`, `wt` `in_dim` rows of eight
