@@ -5,6 +5,7 @@
 use std::arch::x86_64::*;
 
 use super::matmul::{place_lanes, tiled_walk, Lanes, LANES};
+use super::matmul_avx2::transpose_rows_into;
 
 /// `acc[r][c][l] = Σ_k x[r][k][l] · w[c][k][l]`, each step fused, `k` ascending. Compiled on its own with the
 /// shapes as constants, every accumulator lives in a register (the 4 x 4 step is 8 loads and 16 `vfmadd`, no
@@ -45,12 +46,18 @@ pub(super) unsafe fn acc_tile<const R: usize, const C: usize>(
 
 /// X rows a `tiled` pass holds side by side: one per lane.
 const TILED_LANES: usize = 16;
+/// X rows left after the passes of sixteen that run over weight lanes instead (`tail_rows`): up to ten. Measured on
+/// a 2-core AVX-512 EPYC (one thread, 256 x 256 weights in cache), an x-lane pass costs the same for 1 to 16 rows
+/// (27-33 µs); over weight lanes, transposes included, 1 row took 11-16, 4 rows 16-19, 10 rows 23-29, 12 about
+/// even, 14 more.
+const TAIL_ROWS: usize = 10;
 
 /// The `Tiled` matmul, `y[r, o] = dot_tiled(x[r], w[o], parts)`, with the lanes over sixteen x rows (copied
 /// transposed once per call, so a lane reads its row's element `k` where the others read theirs) against sixteen
-/// weight rows at a time (then eight, then one). Each lane keeps `dot_tiled`'s order: the parts last to first,
-/// within a part `k` ascending, each step a multiply then an add (two roundings, as the portable loop), every sum
-/// from -0.0. So the bits are the portable path's.
+/// weight rows at a time (then eight, then one); the last one to ten x rows over sixteen weight rows
+/// (`tail_rows`), so a short segment's MoE expert (~11 rows) or decode's one row runs no lane empty. Each lane
+/// keeps `dot_tiled`'s order: the parts last to first, within a part `k` ascending, each step a multiply then an
+/// add (two roundings, as the portable loop), every sum from -0.0. So the bits are the portable path's.
 ///
 /// # Safety
 /// The CPU has AVX-512F; `x` is `rows x in_dim`, `w` is `cols` weight rows of `in_dim`, `y` is `rows x cols`,
@@ -60,37 +67,96 @@ pub(super) unsafe fn tiled(x: &[f32], rows: usize, w: &[f32], cols: usize, in_di
     assert!(in_dim > 0 && x.len() == rows * in_dim && w.len() == cols * in_dim && y.len() == rows * cols);
     let parts = parts.clamp(1, in_dim);
     let step = in_dim.div_ceil(parts).max(1);
-    tiled_walk::<TILED_LANES>(x, rows, in_dim, cols, |o, xt, r0, lanes| {
-        // SAFETY (each arm): the CPU has AVX-512F; weight rows o..o + C exist, `xt` holds `in_dim` rows of lanes
-        unsafe {
-            match cols - o {
-                16.. => place_lanes(tiled_cols::<16>(w, o, in_dim, xt, step), y, cols, r0, lanes, o),
-                8..=15 => place_lanes(tiled_cols::<8>(w, o, in_dim, xt, step), y, cols, r0, lanes, o),
-                _ => place_lanes(tiled_cols::<1>(w, o, in_dim, xt, step), y, cols, r0, lanes, o),
+    let tail = match rows % TILED_LANES {
+        left @ 1..=TAIL_ROWS => left,
+        _ => 0,
+    };
+    let lane_rows = rows - tail;
+    let (x_lanes, x_tail) = x.split_at(lane_rows * in_dim);
+    let (y_lanes, y_tail) = y.split_at_mut(lane_rows * cols);
+    // with no whole pass of sixteen (decode, a few rows) the walk would only allocate its transposed rows
+    if lane_rows > 0 {
+        tiled_walk::<TILED_LANES>(x_lanes, lane_rows, in_dim, cols, |o, xt, r0, lanes| {
+            // SAFETY (each arm): the CPU has AVX-512F; weight rows o..o + C exist, `xt` holds `in_dim` rows of lanes
+            unsafe {
+                match cols - o {
+                    16.. => place_lanes(lane_sums::<16>(w, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
+                    8..=15 => place_lanes(lane_sums::<8>(w, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
+                    _ => place_lanes(lane_sums::<1>(w, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
+                }
             }
-        }
-    });
+        });
+    }
+    if tail > 0 {
+        // SAFETY: the CPU has AVX-512F; `x_tail` is `tail` rows and `y_tail` `tail` rows of `cols`
+        unsafe { tail_rows(x_tail, tail, w, cols, in_dim, step, y_tail) };
+    }
 }
 
-/// The sums of weight rows `o..o + C` against the sixteen transposed x rows of `xt`: `[C][lane]`.
+/// `tiled`'s last `rows` (1..=10) x rows: for each block of sixteen weight rows, the block transposed (`in_dim`
+/// rows of sixteen lanes, lanes past the last weight row zero and never stored), then every x row's element `k`
+/// broadcast against row `k` of it, in `dot_tiled`'s order per lane.
 ///
 /// # Safety
-/// The CPU has AVX-512F; `w` holds rows `o..o + C` of `in_dim`; `xt` holds `in_dim` rows of 16 lanes.
+/// The CPU has AVX-512F; `x` is `rows x in_dim` with `1 <= rows <= TAIL_ROWS`, `w` is `cols x in_dim`, `y` is
+/// `rows x cols`.
+#[target_feature(enable = "avx512f")]
+unsafe fn tail_rows(x: &[f32], rows: usize, w: &[f32], cols: usize, in_dim: usize, step: usize, y: &mut [f32]) {
+    let mut wt = vec![0.0f32; in_dim * TILED_LANES];
+    for o in (0..cols).step_by(TILED_LANES) {
+        let n = (cols - o).min(TILED_LANES);
+        // SAFETY: an AVX-512F CPU has AVX2
+        unsafe { transpose_block(&w[o * in_dim..(o + n) * in_dim], n, in_dim, &mut wt) };
+        let mut place = |sums: &[[f32; TILED_LANES]]| {
+            for (r, row_sums) in sums.iter().enumerate() {
+                y[r * cols + o..r * cols + o + n].copy_from_slice(&row_sums[..n]);
+            }
+        };
+        macro_rules! rows_through {
+            ($($c:literal)*) => {
+                match rows {
+                    // SAFETY (each arm): the CPU has AVX-512F; `x` holds `C` rows of `in_dim`, `wt` `in_dim` rows
+                    // of sixteen
+                    $($c => place(&unsafe { lane_sums::<$c>(x, 0, &wt, in_dim, step) }),)*
+                    _ => unreachable!("tail_rows takes 1..=TAIL_ROWS x rows"),
+                }
+            };
+        }
+        rows_through!(1 2 3 4 5 6 7 8 9 10);
+    }
+}
+
+/// Rows `at..at + C` of `m` (rows of `in_dim`), each element `k` broadcast against row `k` of `lanes` (`in_dim`
+/// rows of sixteen lanes: sixteen x rows or sixteen weight rows, transposed): `[row][lane]`, each lane
+/// `dot_tiled(row, lane's row, parts)`'s steps in its order (the parts last to first, within a part `k` ascending,
+/// a multiply then an add, every sum from -0.0). Both ways of `tiled` run through it: weight rows against x lanes,
+/// x rows against weight lanes.
+///
+/// # Safety
+/// The CPU has AVX-512F; `m` holds rows `at..at + C`; `lanes` holds `in_dim` rows of 16 lanes.
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn tiled_cols<const C: usize>(w: &[f32], o: usize, in_dim: usize, xt: &[f32], step: usize) -> [[f32; 16]; C] {
-    let wr: [&[f32]; C] = std::array::from_fn(|j| &w[(o + j) * in_dim..(o + j + 1) * in_dim]);
-    assert!(xt.len() >= in_dim * TILED_LANES, "tiled: transposed rows too short");
+unsafe fn lane_sums<const C: usize>(
+    m: &[f32],
+    at: usize,
+    lanes: &[f32],
+    in_dim: usize,
+    step: usize,
+) -> [[f32; TILED_LANES]; C] {
+    // rows cut here from one matrix: passed in as slices of their own lengths, the loop checked each row's bound
+    // at every step (16-row AVX-512 passes 10-15% slower)
+    let rows: [&[f32]; C] = std::array::from_fn(|j| &m[(at + j) * in_dim..(at + j + 1) * in_dim]);
+    assert!(lanes.len() >= in_dim * TILED_LANES, "tiled: transposed rows too short");
     let neg_zero = _mm512_set1_ps(-0.0);
     let mut total = [neg_zero; C];
     for start in (0..in_dim).step_by(step).rev() {
         let end = (start + step).min(in_dim);
         let mut part = [neg_zero; C];
         for k in start..end {
-            // SAFETY: `k < in_dim` and `xt` holds `in_dim` rows of 16 lanes (asserted); unaligned load
-            let xv = unsafe { _mm512_loadu_ps(xt.as_ptr().add(k * TILED_LANES)) };
-            for (p, row) in part.iter_mut().zip(&wr) {
-                *p = _mm512_add_ps(*p, _mm512_mul_ps(xv, _mm512_set1_ps(row[k])));
+            // SAFETY: `k < in_dim` and `lanes` holds `in_dim` rows of 16 lanes (asserted); unaligned load
+            let lv = unsafe { _mm512_loadu_ps(lanes.as_ptr().add(k * TILED_LANES)) };
+            for (p, row) in part.iter_mut().zip(&rows) {
+                *p = _mm512_add_ps(*p, _mm512_mul_ps(lv, _mm512_set1_ps(row[k])));
             }
         }
         for (t, p) in total.iter_mut().zip(&part) {
@@ -98,9 +164,32 @@ unsafe fn tiled_cols<const C: usize>(w: &[f32], o: usize, in_dim: usize, xt: &[f
         }
     }
     total.map(|t| {
-        let mut out = [0.0f32; 16];
+        let mut out = [0.0f32; TILED_LANES];
         // SAFETY: `out` is 16 f32s; unaligned store
         unsafe { _mm512_storeu_ps(out.as_mut_ptr(), t) };
         out
     })
+}
+
+/// `wt[k · 16 + j] = block[j · in_dim + k]` for the `n` (1..=16) weight rows of `block`, zero for `j >= n`: each
+/// whole group of eight rows in AVX2's 8 x 8 register transposes, the rest (a partial group, `in_dim`'s last
+/// `k`s) one by one.
+///
+/// # Safety
+/// The CPU has AVX2.
+#[target_feature(enable = "avx2")]
+unsafe fn transpose_block(block: &[f32], n: usize, in_dim: usize, wt: &mut [f32]) {
+    assert!(n <= TILED_LANES && block.len() == n * in_dim && wt.len() >= in_dim * TILED_LANES);
+    let eights = n / 8;
+    let whole = in_dim / 8 * 8;
+    for g in 0..eights {
+        // SAFETY: the CPU has AVX2; rows `8g..8g + 8` of `block` exist, `wt` holds `in_dim` rows of 16
+        unsafe { transpose_rows_into(&block[g * 8 * in_dim..(g + 1) * 8 * in_dim], in_dim, wt, TILED_LANES, g * 8) };
+    }
+    for k in 0..in_dim {
+        let from = if k < whole { eights * 8 } else { 0 };
+        for j in from..TILED_LANES {
+            wt[k * TILED_LANES + j] = if j < n { block[j * in_dim + k] } else { 0.0 };
+        }
+    }
 }
