@@ -266,11 +266,42 @@ fn place_column_blocks(blocks: &[Vec<f32>], rows: usize, per: usize, y: &mut [f3
     }
 }
 
+/// `lanes[k · L + j] = block[j · in_dim + k]` for the `n` (at most `L`) rows of `block`, zero for `j >= n`: the
+/// rows of `block` copied transposed into `in_dim` rows of `L` lanes, so a lane reads its own row's element `k` where
+/// the others read theirs. Each whole group of eight rows goes through 8 x 8 register transposes where the CPU has
+/// AVX2 (copied element by element, the compiler scattered them); the rest (a partial group, `in_dim`'s last `k`s)
+/// one by one. The `Tiled` kernels' x rows (`tiled_walk`) and their tails' weight rows go through it.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn transpose_rows<const L: usize>(block: &[f32], n: usize, in_dim: usize, lanes: &mut [f32]) {
+    assert!(n <= L && block.len() == n * in_dim && lanes.len() >= in_dim * L, "tiled: transpose shapes");
+    let eights = if std::arch::is_x86_feature_detected!("avx2") { n / 8 } else { 0 };
+    for g in 0..eights {
+        // SAFETY: the CPU has AVX2 (checked); rows `8g..8g + 8` of `block` exist, `8g + 8 <= L`, and `lanes` holds
+        // `in_dim` rows of `L`
+        #[allow(unsafe_code)]
+        unsafe {
+            super::matmul_avx2::transpose_rows_into(
+                &block[g * 8 * in_dim..(g + 1) * 8 * in_dim],
+                in_dim,
+                lanes,
+                L,
+                g * 8,
+            )
+        };
+    }
+    let whole = in_dim / 8 * 8;
+    for k in 0..in_dim {
+        let from = if k < whole { eights * 8 } else { 0 };
+        for j in from..L {
+            lanes[k * L + j] = if j < n { block[j * in_dim + k] } else { 0.0 };
+        }
+    }
+}
+
 /// The walk of the lanes-over-x-rows `Tiled` kernels (`matmul_avx512::tiled`, `matmul_avx2::tiled`): `L` x rows
-/// at a time copied transposed into one buffer (`in_dim` rows of `L` lanes, so a lane reads its own row's element
-/// `k` where the others read theirs; lanes past the last x row are zeros and never stored), then
-/// `from_col(o, xt, r0, lanes)` computes the sums of weight rows from `o` on against them, places them and
-/// returns how many weight rows it took, until all `cols` are done.
+/// at a time copied transposed into one buffer (`transpose_rows`; lanes past the last x row are zeros and never
+/// stored), then `from_col(o, xt, r0, lanes)` computes the sums of weight rows from `o` on against them, places
+/// them and returns how many weight rows it took, until all `cols` are done.
 #[cfg(target_arch = "x86_64")]
 pub(super) fn tiled_walk<const L: usize>(
     x: &[f32],
@@ -282,25 +313,7 @@ pub(super) fn tiled_walk<const L: usize>(
     let mut xt = vec![0.0f32; in_dim * L];
     for r0 in (0..rows).step_by(L) {
         let lanes = (rows - r0).min(L);
-        xt.fill(0.0);
-        // whole groups of eight rows in 8 x 8 register transposes (element by element, the compiler scattered
-        // them), the rest of the rows and `in_dim`'s last `k`s one by one
-        let eights = if std::arch::is_x86_feature_detected!("avx2") { lanes / 8 } else { 0 };
-        for g in 0..eights {
-            let group = &x[(r0 + 8 * g) * in_dim..(r0 + 8 * g + 8) * in_dim];
-            // SAFETY: the CPU has AVX2 (checked); `group` is eight rows of `in_dim`; `8g + 8 <= L`
-            #[allow(unsafe_code)]
-            unsafe {
-                super::matmul_avx2::transpose_rows_into(group, in_dim, &mut xt, L, 8 * g)
-            };
-        }
-        let whole = in_dim / 8 * 8;
-        for i in 0..lanes {
-            let done = if i < 8 * eights { whole } else { 0 };
-            for (k, v) in x[(r0 + i) * in_dim..(r0 + i + 1) * in_dim].iter().enumerate().skip(done) {
-                xt[k * L + i] = *v;
-            }
-        }
+        transpose_rows::<L>(&x[r0 * in_dim..(r0 + lanes) * in_dim], lanes, in_dim, &mut xt);
         let mut o = 0;
         while o < cols {
             o += from_col(o, &xt, r0, lanes);
