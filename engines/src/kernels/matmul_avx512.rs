@@ -47,7 +47,7 @@ pub(super) unsafe fn acc_tile<const R: usize, const C: usize>(
 const TILED_LANES: usize = 16;
 /// X rows left after the passes of sixteen that run over weight lanes instead (`tail_rows`): up to ten. Measured on
 /// a 2-core AVX-512 EPYC (one thread, 256 x 256 weights in cache), an x-lane pass costs the same for 1 to 16 rows
-/// (27-33 µs); over weight lanes, transposes included, 1 row took 11-16, 4 rows 16-19, 10 rows 23-29, 12 about
+/// (24-34 µs); over weight lanes, transposes included, 1 row took 11-17, 4 rows 16-19, 10 rows 23-29, 12 about
 /// even, 14 more.
 const TAIL_ROWS: usize = 10;
 
