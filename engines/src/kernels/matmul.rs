@@ -321,6 +321,31 @@ pub(super) fn tiled_walk<const L: usize>(
     }
 }
 
+/// The walk of the `Tiled` kernels' tails (`matmul_avx512::tail_rows`, `matmul_avx2::tail_rows`: the last few x
+/// rows over weight lanes): each block of `L` weight rows transposed into `in_dim` rows of `L` lanes
+/// (`transpose_rows`; lanes past the last weight row zero), then `block_sums(wt, place)` computes each tail x row's
+/// `L` lane sums against it and hands them to `place`, which writes the block's real weight rows into `y` (the
+/// tail's rows, of `cols`).
+#[cfg(target_arch = "x86_64")]
+pub(super) fn tail_walk<const L: usize>(
+    w: &[f32],
+    cols: usize,
+    in_dim: usize,
+    y: &mut [f32],
+    mut block_sums: impl FnMut(&[f32], &mut dyn FnMut(&[[f32; L]])),
+) {
+    let mut wt = vec![0.0f32; in_dim * L];
+    for o in (0..cols).step_by(L) {
+        let n = (cols - o).min(L);
+        transpose_rows::<L>(&w[o * in_dim..(o + n) * in_dim], n, in_dim, &mut wt);
+        block_sums(&wt, &mut |sums| {
+            for (r, row_sums) in sums.iter().enumerate() {
+                y[r * cols + o..r * cols + o + n].copy_from_slice(&row_sums[..n]);
+            }
+        });
+    }
+}
+
 /// Writes the first `lanes` lanes of each of the `C` weight rows' sums (`sums[j][i]`: x row `r0 + i`, weight row
 /// `o + j`) into `y` (rows of `cols`); returns `C`, the weight rows placed.
 #[cfg(target_arch = "x86_64")]

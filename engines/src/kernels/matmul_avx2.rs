@@ -7,7 +7,7 @@
 
 use std::arch::x86_64::*;
 
-use super::matmul::{place_lanes, tiled_walk, transpose_rows};
+use super::matmul::{place_lanes, tail_walk, tiled_walk};
 
 /// X rows a `tiled` pass holds side by side: one per lane.
 const TILED_LANES: usize = 8;
@@ -66,28 +66,20 @@ pub(super) unsafe fn tiled(x: &[f32], rows: usize, w: &[f32], cols: usize, in_di
 /// `rows x cols`.
 #[target_feature(enable = "avx2")]
 unsafe fn tail_rows(x: &[f32], rows: usize, w: &[f32], cols: usize, in_dim: usize, step: usize, y: &mut [f32]) {
-    let mut wt = vec![0.0f32; in_dim * TILED_LANES];
-    for o in (0..cols).step_by(TILED_LANES) {
-        let n = (cols - o).min(TILED_LANES);
-        transpose_rows::<TILED_LANES>(&w[o * in_dim..(o + n) * in_dim], n, in_dim, &mut wt);
-        let mut place = |sums: &[[f32; TILED_LANES]]| {
-            for (r, row_sums) in sums.iter().enumerate() {
-                y[r * cols + o..r * cols + o + n].copy_from_slice(&row_sums[..n]);
-            }
-        };
+    tail_walk::<TILED_LANES>(w, cols, in_dim, y, |wt, place| {
         // SAFETY (each arm): the CPU has AVX2; `x` holds `C` rows of `in_dim`, `wt` `in_dim` rows of eight
         unsafe {
             match rows {
-                1 => place(&lane_sums::<1>(x, 0, &wt, in_dim, step)),
-                2 => place(&lane_sums::<2>(x, 0, &wt, in_dim, step)),
-                3 => place(&lane_sums::<3>(x, 0, &wt, in_dim, step)),
-                4 => place(&lane_sums::<4>(x, 0, &wt, in_dim, step)),
-                5 => place(&lane_sums::<5>(x, 0, &wt, in_dim, step)),
-                6 => place(&lane_sums::<6>(x, 0, &wt, in_dim, step)),
+                1 => place(&lane_sums::<1>(x, 0, wt, in_dim, step)),
+                2 => place(&lane_sums::<2>(x, 0, wt, in_dim, step)),
+                3 => place(&lane_sums::<3>(x, 0, wt, in_dim, step)),
+                4 => place(&lane_sums::<4>(x, 0, wt, in_dim, step)),
+                5 => place(&lane_sums::<5>(x, 0, wt, in_dim, step)),
+                6 => place(&lane_sums::<6>(x, 0, wt, in_dim, step)),
                 _ => unreachable!("tail_rows takes 1..=TAIL_ROWS x rows"),
             }
         }
-    }
+    });
 }
 
 /// Rows `at..at + C` of `m` (rows of `in_dim`), each element `k` broadcast against row `k` of `lanes` (`in_dim`

@@ -4,7 +4,7 @@
 
 use std::arch::x86_64::*;
 
-use super::matmul::{place_lanes, tiled_walk, transpose_rows, Lanes, LANES};
+use super::matmul::{place_lanes, tail_walk, tiled_walk, Lanes, LANES};
 
 /// `acc[r][c][l] = Σ_k x[r][k][l] · w[c][k][l]`, each step fused, `k` ascending. Compiled on its own with the
 /// shapes as constants, every accumulator lives in a register (the 4 x 4 step is 8 loads and 16 `vfmadd`, no
@@ -101,27 +101,19 @@ pub(super) unsafe fn tiled(x: &[f32], rows: usize, w: &[f32], cols: usize, in_di
 /// `rows x cols`.
 #[target_feature(enable = "avx512f")]
 unsafe fn tail_rows(x: &[f32], rows: usize, w: &[f32], cols: usize, in_dim: usize, step: usize, y: &mut [f32]) {
-    let mut wt = vec![0.0f32; in_dim * TILED_LANES];
-    for o in (0..cols).step_by(TILED_LANES) {
-        let n = (cols - o).min(TILED_LANES);
-        transpose_rows::<TILED_LANES>(&w[o * in_dim..(o + n) * in_dim], n, in_dim, &mut wt);
-        let mut place = |sums: &[[f32; TILED_LANES]]| {
-            for (r, row_sums) in sums.iter().enumerate() {
-                y[r * cols + o..r * cols + o + n].copy_from_slice(&row_sums[..n]);
-            }
-        };
+    tail_walk::<TILED_LANES>(w, cols, in_dim, y, |wt, place| {
         macro_rules! rows_through {
             ($($c:literal)*) => {
                 match rows {
                     // SAFETY (each arm): the CPU has AVX-512F; `x` holds `C` rows of `in_dim`, `wt` `in_dim` rows
                     // of sixteen
-                    $($c => place(&unsafe { lane_sums::<$c>(x, 0, &wt, in_dim, step) }),)*
+                    $($c => place(&unsafe { lane_sums::<$c>(x, 0, wt, in_dim, step) }),)*
                     _ => unreachable!("tail_rows takes 1..=TAIL_ROWS x rows"),
                 }
             };
         }
         rows_through!(1 2 3 4 5 6 7 8 9 10);
-    }
+    });
 }
 
 /// Rows `at..at + C` of `m` (rows of `in_dim`), each element `k` broadcast against row `k` of `lanes` (`in_dim`
