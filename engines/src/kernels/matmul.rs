@@ -639,6 +639,53 @@ mod tests {
         }
     }
 
+    /// The SIMD `Tiled` kernels start each part from its first product and the total from the first part where
+    /// `dot_tiled` adds them to -0.0: the same bits for signed zeros, infinities and NaNs too, through the x-lane
+    /// passes (sixteen rows) and the tail (the seventeenth).
+    #[test]
+    fn tiled_kernels_keep_dot_tileds_bits_on_zeros_infinities_and_nans() {
+        let special = [-0.0, 0.0, 1.0, -1.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-45, 3e38, -2.5];
+        let pick = |n: usize, salt: usize| -> Vec<f32> {
+            (0..n).map(|i| special[(i * 7 + salt * 3 + i / 5) % special.len()]).collect()
+        };
+        let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+        let (rows, out_dim, in_dim) = (17, 17, 12);
+        // all -0.0 products (the sum stays -0.0), all +0.0 (it is +0.0), then the mixture
+        let cases = [
+            (vec![-0.0; rows * in_dim], vec![1.0; out_dim * in_dim]),
+            (vec![0.0; rows * in_dim], vec![1.0; out_dim * in_dim]),
+            (pick(rows * in_dim, 1), pick(out_dim * in_dim, 2)),
+        ];
+        for (x, w) in &cases {
+            for parts in [1, 3, 5, 12] {
+                let mut y = vec![0.0; rows * out_dim];
+                matmul_with(Reduction::Tiled(parts), x, rows, w, out_dim, in_dim, &mut y);
+                #[cfg(target_arch = "x86_64")]
+                let y2 = std::arch::is_x86_feature_detected!("avx2").then(|| {
+                    let mut y2 = vec![0.0; rows * out_dim];
+                    // SAFETY: the CPU has AVX2 (checked); the shapes match and in_dim > 0
+                    #[allow(unsafe_code)]
+                    unsafe {
+                        crate::kernels::matmul_avx2::tiled(x, rows, w, out_dim, in_dim, parts, &mut y2)
+                    };
+                    y2
+                });
+                #[cfg(not(target_arch = "x86_64"))]
+                let y2: Option<Vec<f32>> = None;
+                for r in 0..rows {
+                    for o in 0..out_dim {
+                        let e = dot_tiled(&x[r * in_dim..(r + 1) * in_dim], &w[o * in_dim..(o + 1) * in_dim], parts);
+                        let at = r * out_dim + o;
+                        assert!(same(y[at], e), "row {r} col {o} parts {parts}: {} vs dot_tiled {e}", y[at]);
+                        if let Some(y2) = &y2 {
+                            assert!(same(y2[at], e), "AVX2: row {r} col {o} parts {parts}: {} vs {e}", y2[at]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn tiled_reduction_changes_bits() {
         let a = random(4096, 5);
