@@ -106,7 +106,7 @@ unsafe fn lane_sums<const C: usize>(
     // Every sum of `dot_tiled` starts from -0.0, and `-0.0 + v` is `v` bit for bit for every product and sum (none
     // is a signalling NaN): so a part starts from its first product and the total from the first part, which
     // saves the adds to -0.0. At 4-element parts (a 128-row chunk's split of 512) that is 4 adds per 4 multiplies
-    // where it was 5, on pipes that run one of each a cycle.
+    // where it was 5; adds and multiplies run on their own pipes at the same rate, so the adds were the bound.
     let mut total = [_mm256_set1_ps(-0.0); C];
     for (nth, start) in (0..in_dim).step_by(step).rev().enumerate() {
         let end = (start + step).min(in_dim);
