@@ -13,7 +13,8 @@ use super::matmul::LANES;
 /// not), in `R x K` tiles with `R · K = 16`: lane `l` of pair (r, j) is `Σ_c qᵣ[c][l] · kⱼ[c][l]`, each step fused,
 /// `c` ascending; then lane `l` plus lane `l + 8`, then `((h₀ + h₄) + (h₁ + h₅)) + ((h₂ + h₆) + (h₃ + h₇))` — the
 /// same additions on the same values as `finish`. `keys.len()` is a multiple of `K`. The 64-byte lines of `ahead`
-/// are prefetched into L2, an equal share per tile, one per chunk step (a burst stalls the loads of the tile).
+/// are prefetched into L2, an equal share per tile, one per chunk step (a single row's spread over its keys; a
+/// burst stalls the loads of the tile).
 ///
 /// # Safety
 /// The CPU has AVX-512F; every row of `q` and `keys` holds at least `chunks · 16` f32s and every `out[r]` at least
@@ -44,7 +45,7 @@ pub(super) unsafe fn dots<const R: usize, const K: usize>(
             // One row against the keys (a decode matvec, one query's scores): each key read start to end, one
             // after the other. A tile's keys are consecutive rows of a matrix, so that is one sequential stream,
             // which the hardware prefetches far ahead; chunk by chunk across the keys it was sixteen streams of one
-            // short row each (32 lines at 512 wide), and one core read a decode matvec at 14-15 GB/s against 19-23
+            // short row each (32 lines at 512 wide), and one core read a decode matvec at 13-15 GB/s against 19-27
             // this way. Each key's lanes are still one chain of fused steps, `c` ascending: the same bits.
             for (j, p) in kp.iter().enumerate() {
                 // this tile's asks, spread over its keys as they were over its chunks
