@@ -3,7 +3,7 @@
 //! Each row is routed and computed independently (rows are grouped per expert only to batch the matmuls, which are
 //! row-invariant), so the FFN is batch-invariant.
 
-use crate::kernels::{matmul_with, silu, softmax_in_place, Reduction};
+use crate::kernels::{matmul_with, matmul_with_tail, silu, softmax_in_place, Reduction, TailBlocks};
 use rayon::prelude::*;
 
 /// One SiLU-gated FFN: down(silu(gate(x)) * up(x)).
@@ -12,6 +12,18 @@ pub struct Expert {
     pub gate: Vec<f32>,
     pub up: Vec<f32>,
     pub down: Vec<f32>,
+    /// The three matrices copied in the `Tiled` kernels' tail layout (`Moe::add_tail_blocks`), for an engine whose
+    /// prefill reduces `Tiled` (glm53): a short chunk gives each expert a few rows, whose tail would otherwise
+    /// transpose every block of the weights on every call. `None` elsewhere.
+    pub tail: Option<Box<ExpertTail>>,
+}
+
+/// An expert's `TailBlocks`, one per matrix.
+#[derive(Debug, Clone)]
+pub struct ExpertTail {
+    gate: TailBlocks,
+    up: TailBlocks,
+    down: TailBlocks,
 }
 
 /// The MoE block of one layer.
@@ -26,21 +38,50 @@ pub struct Moe {
 }
 
 impl Expert {
+    /// An expert without tail copies.
+    pub fn new(gate: Vec<f32>, up: Vec<f32>, down: Vec<f32>) -> Expert {
+        Expert { gate, up, down, tail: None }
+    }
+
+    /// Builds the tail copies (where this CPU runs a SIMD `Tiled` kernel); returns their bytes.
+    fn add_tail_blocks(&mut self, hidden: usize, ffn: usize) -> usize {
+        if self.gate.is_empty() {
+            return 0; // a spec list (the fixture generator's view of a model) returns no data
+        }
+        let copies = (
+            TailBlocks::of(&self.gate, ffn, hidden),
+            TailBlocks::of(&self.up, ffn, hidden),
+            TailBlocks::of(&self.down, hidden, ffn),
+        );
+        let (Some(gate), Some(up), Some(down)) = copies else { return 0 };
+        let bytes = gate.bytes() + up.bytes() + down.bytes();
+        self.tail = Some(Box::new(ExpertTail { gate, up, down }));
+        bytes
+    }
+
     fn forward(&self, red: Reduction, x: &[f32], rows: usize, hidden: usize, ffn: usize) -> Vec<f32> {
+        let tail = self.tail.as_deref();
         let mut g = vec![0.0; rows * ffn];
         let mut u = vec![0.0; rows * ffn];
-        matmul_with(red, x, rows, &self.gate, ffn, hidden, &mut g);
-        matmul_with(red, x, rows, &self.up, ffn, hidden, &mut u);
+        matmul_with_tail(red, x, rows, &self.gate, tail.map(|t| &t.gate), ffn, hidden, &mut g);
+        matmul_with_tail(red, x, rows, &self.up, tail.map(|t| &t.up), ffn, hidden, &mut u);
         for (a, b) in g.iter_mut().zip(&u) {
             *a = silu(*a) * b;
         }
         let mut y = vec![0.0; rows * hidden];
-        matmul_with(red, &g, rows, &self.down, hidden, ffn, &mut y);
+        matmul_with_tail(red, &g, rows, &self.down, tail.map(|t| &t.down), hidden, ffn, &mut y);
         y
     }
 }
 
 impl Moe {
+    /// Copies every expert's matrices (routed and shared) in the `Tiled` kernels' tail layout, for an engine whose
+    /// prefill reduces `Tiled`; returns the copies' bytes (0 where this CPU runs no SIMD `Tiled` kernel).
+    pub fn add_tail_blocks(&mut self) -> usize {
+        let (h, f) = (self.hidden, self.ffn);
+        self.experts.iter_mut().chain(&mut self.shared).map(|e| e.add_tail_blocks(h, f)).sum()
+    }
+
     /// Route and run `rows` rows of `x`; returns the FFN output (not yet added to the residual).
     pub fn forward(&self, red: Reduction, x: &[f32], rows: usize) -> Vec<f32> {
         let (h, e) = (self.hidden, self.experts.len());
@@ -110,7 +151,7 @@ mod tests {
     use crate::kernels::test_rows::random;
 
     fn expert(h: usize, f: usize, seed: u64) -> Expert {
-        Expert { gate: random(f * h, seed), up: random(f * h, seed + 1), down: random(h * f, seed + 2) }
+        Expert::new(random(f * h, seed), random(f * h, seed + 1), random(h * f, seed + 2))
     }
 
     /// Each row's output is its own top-k experts, each run on that row alone, weighted in rank order, plus the
@@ -149,5 +190,32 @@ mod tests {
             assert_eq!(got, want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "row {r}");
         }
         assert!(used.iter().filter(|&&u| u).count() >= 4, "the rows reach most experts: {used:?}");
+    }
+
+    /// A `Tiled` MoE whose experts read their tail copies gives the bits of one that transposes per call, at row
+    /// counts that leave every expert a tail (a few rows each) and at counts with whole passes.
+    #[test]
+    fn tail_copies_keep_the_tiled_bits() {
+        let (h, f) = (48, 40);
+        let plain = Moe {
+            hidden: h,
+            ffn: f,
+            top_k: 2,
+            router: random(6 * h, 1),
+            experts: (0..6).map(|e| expert(h, f, 10 * e + 2)).collect(),
+            shared: vec![expert(h, f, 99)],
+        };
+        let mut copied = plain.clone();
+        let bytes = copied.add_tail_blocks();
+        if bytes == 0 {
+            return; // no SIMD `Tiled` kernel on this CPU: nothing reads a copy
+        }
+        assert!(copied.experts.iter().chain(&copied.shared).all(|e| e.tail.is_some()));
+        for rows in [1, 5, 13, 23, 40] {
+            let x = random(rows * h, rows as u64);
+            let red = Reduction::Tiled(rows);
+            let bits = |m: &Moe| m.forward(red, &x, rows).iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&copied), bits(&plain), "{rows} rows");
+        }
     }
 }

@@ -24,11 +24,11 @@ pub fn output_head(src: &mut dyn Source, c: &BaseConfig) -> Result<(Vec<f32>, Ve
 
 /// One SiLU-gated FFN: gate and up `[ffn, hidden]`, down `[hidden, ffn]`.
 pub fn expert(src: &mut dyn Source, c: &BaseConfig) -> Result<Expert> {
-    Ok(Expert {
-        gate: src.linear("gate_proj.weight", c.ffn, c.hidden)?,
-        up: src.linear("up_proj.weight", c.ffn, c.hidden)?,
-        down: src.linear("down_proj.weight", c.hidden, c.ffn)?,
-    })
+    Ok(Expert::new(
+        src.linear("gate_proj.weight", c.ffn, c.hidden)?,
+        src.linear("up_proj.weight", c.ffn, c.hidden)?,
+        src.linear("down_proj.weight", c.hidden, c.ffn)?,
+    ))
 }
 
 /// A layer's MoE block in checkpoint order: the router (`[experts, hidden]`), the routed experts, the shared ones.

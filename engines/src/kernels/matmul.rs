@@ -2,6 +2,7 @@
 
 use rayon::prelude::*;
 
+use super::tail_blocks::TailBlocks;
 use super::Reduction;
 
 /// The f32 lanes every invariant dot product and weighted sum keeps: its fixed split of a row.
@@ -323,26 +324,122 @@ pub(super) fn tiled_walk<const L: usize>(
 
 /// The walk of the `Tiled` kernels' tails (`matmul_avx512::tail_rows`, `matmul_avx2::tail_rows`: the last few x
 /// rows over weight lanes): each block of `L` weight rows transposed into `in_dim` rows of `L` lanes
-/// (`transpose_rows`; lanes past the last weight row zero), then `block_sums(wt, place)` computes each tail x row's
-/// `L` lane sums against it and hands them to `place`, which writes the block's real weight rows into `y` (the
-/// tail's rows, of `cols`).
+/// (`transpose_rows`; lanes past the last weight row zero), or read as it is from a `TailBlocks` copy (the next
+/// block asked for ahead); then `block_sums(wt, place)` computes each tail x row's `L` lane sums against it and
+/// hands them to `place`, which writes the block's real weight rows into `y` (the tail's rows, of `cols`).
 #[cfg(target_arch = "x86_64")]
 pub(super) fn tail_walk<const L: usize>(
-    w: &[f32],
+    weights: Rows,
     cols: usize,
     in_dim: usize,
     y: &mut [f32],
     mut block_sums: impl FnMut(&[f32], &mut dyn FnMut(&[[f32; L]])),
 ) {
-    let mut wt = vec![0.0f32; in_dim * L];
+    let block = in_dim * L;
+    let mut wt = match weights {
+        Rows::RowMajor(_) => vec![0.0f32; block],
+        Rows::Blocked { .. } => Vec::new(),
+    };
     for o in (0..cols).step_by(L) {
         let n = (cols - o).min(L);
-        transpose_rows::<L>(&w[o * in_dim..(o + n) * in_dim], n, in_dim, &mut wt);
-        block_sums(&wt, &mut |sums| {
+        let lanes: &[f32] = match weights {
+            Rows::Blocked { blocks, lanes } => {
+                assert_eq!(lanes, L, "tiled: a copy in blocks of {lanes} for a kernel of {L} lanes");
+                prefetch_block(blocks, block, o / L + 1);
+                &blocks[o / L * block..(o / L + 1) * block]
+            }
+            Rows::RowMajor(w) => {
+                transpose_rows::<L>(&w[o * in_dim..(o + n) * in_dim], n, in_dim, &mut wt);
+                &wt
+            }
+        };
+        block_sums(lanes, &mut |sums| {
             for (r, row_sums) in sums.iter().enumerate() {
                 y[r * cols + o..r * cols + o + n].copy_from_slice(&row_sums[..n]);
             }
         });
+    }
+}
+
+/// Where a `Tiled` kernel's `lane_sums` reads the rows it broadcasts (weight rows against x lanes, or the tail's x
+/// rows against weight lanes): a row-major matrix, or a `TailBlocks` copy of the weights (row `r` is lane `r % L`
+/// of block `r / L`, its elements `L` apart), so a pass can read the copy alone and leave the row-major weights
+/// out of the cache.
+#[cfg(target_arch = "x86_64")]
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Rows<'a> {
+    RowMajor(&'a [f32]),
+    Blocked { blocks: &'a [f32], lanes: usize },
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Rows<'_> {
+    /// Whether these are `rows` rows of `in_dim` (a copy: at least its whole blocks).
+    pub(super) fn hold(self, rows: usize, in_dim: usize) -> bool {
+        match self {
+            Rows::RowMajor(m) => m.len() == rows * in_dim,
+            Rows::Blocked { blocks, lanes } => lanes > 0 && blocks.len() >= rows.div_ceil(lanes) * in_dim * lanes,
+        }
+    }
+
+    /// Pointers to element 0 of rows `at..at + C` and the distance between a row's elements, every row's `in_dim`
+    /// elements checked to lie inside the slice (so `lane_sums` reads them unchecked).
+    pub(super) fn starts<const C: usize>(self, at: usize, in_dim: usize) -> ([*const f32; C], usize) {
+        assert!(in_dim > 0, "tiled: empty rows");
+        match self {
+            Rows::RowMajor(m) => {
+                assert!((at + C) * in_dim <= m.len(), "tiled: rows {at}..{} past the matrix", at + C);
+                (std::array::from_fn(|j| m[(at + j) * in_dim..].as_ptr()), 1)
+            }
+            Rows::Blocked { blocks, lanes } => {
+                let block = in_dim * lanes;
+                assert!((at + C).div_ceil(lanes) * block <= blocks.len(), "tiled: rows {at}..{} past the copy", at + C);
+                // row r's last element, (in_dim - 1) · lanes past its first, ends inside its block
+                (std::array::from_fn(|j| blocks[(at + j) / lanes * block + (at + j) % lanes..].as_ptr()), lanes)
+            }
+        }
+    }
+}
+
+/// Asks for block `b` (of `block` f32s) of a `TailBlocks` copy before it is read: the kernels read a block's
+/// lanes part by part, the last part first, which the hardware prefetcher does not follow from memory. Asked one
+/// block ahead, one 256 x 256 matrix's tail from DRAM (one thread) went from 40-44 to 21-23 µs at one row and from
+/// 72 to 41-43 µs at ten; two or three blocks ahead were no faster.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn prefetch_block(blocks: &[f32], block: usize, b: usize) {
+    if let Some(lines) = blocks.get(b * block..(b + 1) * block) {
+        for line in lines.chunks(16) {
+            // SAFETY: a prefetch of an address inside `blocks`; it reads nothing into the program
+            #[allow(unsafe_code)]
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.as_ptr().cast())
+            };
+        }
+    }
+}
+
+/// Asks for each next block of a `TailBlocks` copy once, as an x-lane pass over weight rows (`from_col` of
+/// `tiled_walk`) reaches the block before it; nothing for row-major weights.
+#[cfg(target_arch = "x86_64")]
+#[derive(Debug, Default)]
+pub(super) struct BlockAsks {
+    asked: usize,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl BlockAsks {
+    /// The pass is at weight row `o` (each pass of x rows starts again at 0).
+    pub(super) fn at(&mut self, weights: Rows, o: usize, in_dim: usize) {
+        if let Rows::Blocked { blocks, lanes } = weights {
+            if o == 0 {
+                self.asked = 0;
+            }
+            let next = o / lanes + 1;
+            if next > self.asked {
+                prefetch_block(blocks, in_dim * lanes, next);
+                self.asked = next;
+            }
+        }
     }
 }
 
@@ -365,11 +462,32 @@ pub(super) fn place_lanes<const C: usize, const L: usize>(
     C
 }
 
-/// A SIMD `Tiled` matmul (`matmul_avx512::tiled`, `matmul_avx2::tiled`; lanes over x rows, AVX2's last few rows
-/// over weight rows): x, rows, w, cols, in_dim, parts, y.
+/// A SIMD `Tiled` matmul (`matmul_avx512::tiled`, `matmul_avx2::tiled`; lanes over x rows, the last few rows
+/// over weight rows): x, rows, the weights (row-major, or their `TailBlocks` copy from the task's first row on),
+/// cols, in_dim, parts, y.
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
-type TiledKernel = unsafe fn(&[f32], usize, &[f32], usize, usize, usize, &mut [f32]);
+type TiledKernel = unsafe fn(&[f32], usize, Rows, usize, usize, usize, &mut [f32]);
+
+/// The SIMD `Tiled` kernel this CPU runs and its lanes (AVX-512: 16, AVX2: 8); `None` on the portable path.
+#[cfg(target_arch = "x86_64")]
+fn simd_tiled() -> Option<(TiledKernel, usize)> {
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        Some((super::matmul_avx512::tiled, 16))
+    } else if std::arch::is_x86_feature_detected!("avx2") {
+        Some((super::matmul_avx2::tiled, 8))
+    } else {
+        None
+    }
+}
+
+/// The lanes of the SIMD `Tiled` kernel this CPU runs (what a `TailBlocks` copy is blocked by).
+pub(super) fn simd_tiled_lanes() -> Option<usize> {
+    #[cfg(target_arch = "x86_64")]
+    return simd_tiled().map(|(_, lanes)| lanes);
+    #[cfg(not(target_arch = "x86_64"))]
+    None
+}
 
 /// `y[r, o] = dot(x[r, :], w[o, :])` for `rows` rows, with the invariant reduction.
 pub fn matmul(x: &[f32], rows: usize, w: &[f32], out_dim: usize, in_dim: usize, y: &mut [f32]) {
@@ -378,6 +496,22 @@ pub fn matmul(x: &[f32], rows: usize, w: &[f32], out_dim: usize, in_dim: usize, 
 
 /// `matmul` with an explicit reduction order.
 pub fn matmul_with(red: Reduction, x: &[f32], rows: usize, w: &[f32], out_dim: usize, in_dim: usize, y: &mut [f32]) {
+    matmul_with_tail(red, x, rows, w, None, out_dim, in_dim, y)
+}
+
+/// `matmul_with`, where a `Tiled` reduction's tail reads `tail` (`w` copied at load in its layout) instead of
+/// transposing `w`'s blocks per call: the same bits either way. An `Invariant` reduction ignores it.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_with_tail(
+    red: Reduction,
+    x: &[f32],
+    rows: usize,
+    w: &[f32],
+    tail: Option<&TailBlocks>,
+    out_dim: usize,
+    in_dim: usize,
+    y: &mut [f32],
+) {
     assert_eq!(x.len(), rows * in_dim, "matmul: x is not rows x in");
     assert_eq!(w.len(), out_dim * in_dim, "matmul: w is not out x in");
     assert_eq!(y.len(), rows * out_dim, "matmul: y is not rows x out");
@@ -385,29 +519,37 @@ pub fn matmul_with(red: Reduction, x: &[f32], rows: usize, w: &[f32], out_dim: u
     if let Reduction::Tiled(parts) = red {
         // the deliberately shape-dependent path: every element in `dot_tiled`'s order
         #[cfg(target_arch = "x86_64")]
-        let lanes_kernel: Option<TiledKernel> = if std::arch::is_x86_feature_detected!("avx512f") {
-            Some(super::matmul_avx512::tiled)
-        } else if std::arch::is_x86_feature_detected!("avx2") {
-            Some(super::matmul_avx2::tiled)
-        } else {
-            None
-        };
-        #[cfg(target_arch = "x86_64")]
-        if let Some(kernel) = lanes_kernel.filter(|_| in_dim > 0) {
+        if let Some((kernel, lanes)) = simd_tiled().filter(|_| in_dim > 0) {
+            if let Some(t) = tail {
+                assert!(
+                    (t.lanes, t.out_dim, t.in_dim) == (lanes, out_dim, in_dim),
+                    "matmul: tail blocks of {} x {} in {} lanes for a {out_dim} x {in_dim} matrix in {lanes}",
+                    t.out_dim,
+                    t.in_dim,
+                    t.lanes
+                );
+            }
             // weight rows split among the threads (a short prefill chunk has few x rows), each task's outputs in
-            // their own buffer, then placed; every element through the SIMD kernel (the same bits)
+            // their own buffer, then placed; every element through the SIMD kernel (the same bits). Tasks start at
+            // multiples of 16 weight rows: whole blocks of the tail copy.
             let tasks = if rows * out_dim * in_dim >= PARALLEL_MIN_WORK { rayon::current_num_threads() } else { 1 };
             let per = out_dim.div_ceil(tasks.max(1)).next_multiple_of(16).max(16);
             let outs: Vec<Vec<f32>> = w
                 .par_chunks(per * in_dim)
-                .map(|wb| {
+                .enumerate()
+                .map(|(t, wb)| {
                     let cols = wb.len() / in_dim;
                     let mut out = vec![0.0; rows * cols];
-                    // SAFETY: the CPU has the kernel's features (detected above); x is rows x in_dim, wb cols x
-                    // in_dim, out rows x cols, in_dim > 0
+                    // the copy where there is one: the passes and the tail then read one matrix between them
+                    let weights = match tail {
+                        Some(b) => Rows::Blocked { blocks: b.blocks_from(t * per), lanes },
+                        None => Rows::RowMajor(wb),
+                    };
+                    // SAFETY: the CPU has the kernel's features (detected above); x is rows x in_dim, the weights
+                    // cols x in_dim (a copy in the kernel's lanes, asserted), out rows x cols, in_dim > 0
                     #[allow(unsafe_code)]
                     unsafe {
-                        kernel(x, rows, wb, cols, in_dim, parts, &mut out)
+                        kernel(x, rows, weights, cols, in_dim, parts, &mut out)
                     };
                     out
                 })
@@ -629,7 +771,7 @@ mod tests {
             let mut y = vec![0.0; rows * out_dim];
             // SAFETY: the CPU has AVX2 (checked above); the shapes match and in_dim > 0
             #[allow(unsafe_code)]
-            unsafe { crate::kernels::matmul_avx2::tiled(&x, rows, &w, out_dim, in_dim, parts, &mut y) };
+            unsafe { crate::kernels::matmul_avx2::tiled(&x, rows, Rows::RowMajor(&w), out_dim, in_dim, parts, &mut y) };
             for r in 0..rows {
                 for o in 0..out_dim {
                     let e = dot_tiled(&x[r * in_dim..(r + 1) * in_dim], &w[o * in_dim..(o + 1) * in_dim], parts);
@@ -637,6 +779,65 @@ mod tests {
                 }
             }
         }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+        /// A `Tiled` matmul whose tail reads the weights' `TailBlocks` (built once) gives `dot_tiled`'s bits as the
+        /// per-call transposes do: x rows that leave a tail of every length, weight rows past a whole block, and
+        /// matrices large enough to split among tasks (each task reading the copy from its own first row). The AVX2
+        /// kernel with its own eight-lane copy too.
+        #[test]
+        fn tiled_matmul_with_tail_blocks_is_dot_tiled_elementwise(
+            rows in 1usize..40, out_dim in 1usize..80, in_dim in 1usize..300, parts in 1usize..70, seed in any::<u64>()
+        ) {
+            let x = random(rows * in_dim, seed);
+            let w = random(out_dim * in_dim, seed ^ 7);
+            let expect = |r: usize, o: usize| {
+                dot_tiled(&x[r * in_dim..(r + 1) * in_dim], &w[o * in_dim..(o + 1) * in_dim], parts).to_bits()
+            };
+            let blocks = TailBlocks::of(&w, out_dim, in_dim);
+            let mut y = vec![0.0; rows * out_dim];
+            matmul_with_tail(Reduction::Tiled(parts), &x, rows, &w, blocks.as_ref(), out_dim, in_dim, &mut y);
+            for r in 0..rows {
+                for o in 0..out_dim {
+                    prop_assert_eq!(y[r * out_dim + o].to_bits(), expect(r, o), "row {} col {}", r, o);
+                }
+            }
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                let eights = TailBlocks::with_lanes::<8>(&w, out_dim, in_dim);
+                let mut y = vec![0.0; rows * out_dim];
+                // SAFETY: the CPU has AVX2 (checked); the shapes match, in_dim > 0, the copy is in blocks of eight
+                #[allow(unsafe_code)]
+                unsafe {
+                    crate::kernels::matmul_avx2::tiled(
+                        &x, rows, Rows::Blocked { blocks: eights.blocks_from(0), lanes: 8 }, out_dim, in_dim, parts, &mut y,
+                    )
+                };
+                for r in 0..rows {
+                    for o in 0..out_dim {
+                        prop_assert_eq!(y[r * out_dim + o].to_bits(), expect(r, o), "AVX2: row {} col {}", r, o);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Tail blocks of another matrix's shape are refused, not read past.
+    #[test]
+    fn tail_blocks_of_another_shape_are_refused() {
+        let w = random(32 * 20, 1);
+        // without a SIMD `Tiled` kernel there is no copy to pass
+        let Some(blocks) = TailBlocks::of(&w, 32, 20) else { return };
+        let refused = std::panic::catch_unwind(|| {
+            let (x, other) = (random(3 * 40, 2), random(16 * 40, 3));
+            let mut y = vec![0.0; 3 * 16];
+            matmul_with_tail(Reduction::Tiled(4), &x, 3, &other, Some(&blocks), 16, 40, &mut y);
+        });
+        let message = refused.expect_err("a copy of a 32 x 20 matrix passed for a 16 x 40 one");
+        let text = message.downcast_ref::<String>().map(String::as_str).unwrap_or_default();
+        assert!(text.contains("tail blocks of 32 x 20"), "{text}");
     }
 
     /// The SIMD `Tiled` kernels start each part from its first product and the total from the first part where
@@ -666,7 +867,7 @@ mod tests {
                     // SAFETY: the CPU has AVX2 (checked); the shapes match and in_dim > 0
                     #[allow(unsafe_code)]
                     unsafe {
-                        crate::kernels::matmul_avx2::tiled(x, rows, w, out_dim, in_dim, parts, &mut y2)
+                        crate::kernels::matmul_avx2::tiled(x, rows, Rows::RowMajor(w), out_dim, in_dim, parts, &mut y2)
                     };
                     y2
                 });

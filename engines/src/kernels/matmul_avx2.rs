@@ -7,7 +7,7 @@
 
 use std::arch::x86_64::*;
 
-use super::matmul::{place_lanes, tail_walk, tiled_walk};
+use super::matmul::{place_lanes, tail_walk, tiled_walk, BlockAsks, Rows};
 
 /// X rows a `tiled` pass holds side by side: one per lane.
 const TILED_LANES: usize = 8;
@@ -20,16 +20,25 @@ const WIDE: usize = 6;
 const TAIL_ROWS: usize = 6;
 
 /// The `Tiled` matmul, `y[r, o] = dot_tiled(x[r], w[o], parts)`: the lanes over eight x rows (copied transposed
-/// once per call), the last one to six x rows over eight weight rows (`tail_rows`), each lane in `dot_tiled`'s
+/// once per call), the last one to six x rows over eight weight rows (`tail_rows`; both read the weights'
+/// `TailBlocks` copy where the caller built one at load, `weights` then `Blocked`), each lane in `dot_tiled`'s
 /// order (the parts last to first, within a part `k` ascending, each step a multiply then an add, every sum from
 /// -0.0), so the bits are the portable path's.
 ///
 /// # Safety
-/// The CPU has AVX2; `x` is `rows x in_dim`, `w` is `cols` weight rows of `in_dim`, `y` is `rows x cols`, and
-/// `in_dim > 0`.
+/// The CPU has AVX2; `x` is `rows x in_dim`, `weights` is `cols` weight rows of `in_dim` (a copy: in blocks of
+/// eight), `y` is `rows x cols`, and `in_dim > 0`.
 #[target_feature(enable = "avx2")]
-pub(super) unsafe fn tiled(x: &[f32], rows: usize, w: &[f32], cols: usize, in_dim: usize, parts: usize, y: &mut [f32]) {
-    assert!(in_dim > 0 && x.len() == rows * in_dim && w.len() == cols * in_dim && y.len() == rows * cols);
+pub(super) unsafe fn tiled(
+    x: &[f32],
+    rows: usize,
+    weights: Rows,
+    cols: usize,
+    in_dim: usize,
+    parts: usize,
+    y: &mut [f32],
+) {
+    assert!(in_dim > 0 && x.len() == rows * in_dim && weights.hold(cols, in_dim) && y.len() == rows * cols);
     let parts = parts.clamp(1, in_dim);
     let step = in_dim.div_ceil(parts).max(1);
     let tail = match rows % TILED_LANES {
@@ -41,49 +50,51 @@ pub(super) unsafe fn tiled(x: &[f32], rows: usize, w: &[f32], cols: usize, in_di
     let (y_lanes, y_tail) = y.split_at_mut(lane_rows * cols);
     // with no whole pass of eight (decode, a few rows) the walk would only allocate its transposed rows
     if lane_rows > 0 {
+        let mut asks = BlockAsks::default();
         tiled_walk::<TILED_LANES>(x_lanes, lane_rows, in_dim, cols, |o, xt, r0, lanes| {
+            asks.at(weights, o, in_dim);
             // SAFETY (each arm): the CPU has AVX2; weight rows o..o + C exist, `xt` holds `in_dim` rows of lanes
             unsafe {
                 match cols - o {
-                    WIDE.. => place_lanes(lane_sums::<WIDE>(w, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
-                    _ => place_lanes(lane_sums::<1>(w, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
+                    WIDE.. => place_lanes(lane_sums::<WIDE>(weights, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
+                    _ => place_lanes(lane_sums::<1>(weights, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
                 }
             }
         });
     }
     if tail > 0 {
         // SAFETY: the CPU has AVX2; `x_tail` is `tail` rows and `y_tail` `tail` rows of `cols`
-        unsafe { tail_rows(x_tail, tail, w, cols, in_dim, step, y_tail) };
+        unsafe { tail_rows(x_tail, tail, weights, cols, in_dim, step, y_tail) };
     }
 }
 
 /// `tiled`'s last `rows` (1..=6) x rows: for each block of eight weight rows, the block transposed (`in_dim` rows
-/// of eight lanes, lanes past the last weight row zero and never stored), then every x row's element `k`
-/// broadcast against row `k` of it, in `dot_tiled`'s order per lane.
+/// of eight lanes, lanes past the last weight row zero and never stored; a copy's blocks as they are), then every
+/// x row's element `k` broadcast against row `k` of it, in `dot_tiled`'s order per lane.
 ///
 /// # Safety
-/// The CPU has AVX2; `x` is `rows x in_dim` with `1 <= rows <= TAIL_ROWS`, `w` is `cols x in_dim`, `y` is
-/// `rows x cols`.
+/// The CPU has AVX2; `x` is `rows x in_dim` with `1 <= rows <= TAIL_ROWS`, `weights` is `cols x in_dim` (a copy:
+/// in blocks of eight), `y` is `rows x cols`.
 #[target_feature(enable = "avx2")]
-unsafe fn tail_rows(x: &[f32], rows: usize, w: &[f32], cols: usize, in_dim: usize, step: usize, y: &mut [f32]) {
-    tail_walk::<TILED_LANES>(w, cols, in_dim, y, |wt, place| {
+unsafe fn tail_rows(x: &[f32], rows: usize, weights: Rows, cols: usize, in_dim: usize, step: usize, y: &mut [f32]) {
+    tail_walk::<TILED_LANES>(weights, cols, in_dim, y, |wt, place| {
         // SAFETY (each arm): the CPU has AVX2; `x` holds `C` rows of `in_dim`, `wt` `in_dim` rows of eight
         unsafe {
             match rows {
-                1 => place(&lane_sums::<1>(x, 0, wt, in_dim, step)),
-                2 => place(&lane_sums::<2>(x, 0, wt, in_dim, step)),
-                3 => place(&lane_sums::<3>(x, 0, wt, in_dim, step)),
-                4 => place(&lane_sums::<4>(x, 0, wt, in_dim, step)),
-                5 => place(&lane_sums::<5>(x, 0, wt, in_dim, step)),
-                6 => place(&lane_sums::<6>(x, 0, wt, in_dim, step)),
+                1 => place(&lane_sums::<1>(Rows::RowMajor(x), 0, wt, in_dim, step)),
+                2 => place(&lane_sums::<2>(Rows::RowMajor(x), 0, wt, in_dim, step)),
+                3 => place(&lane_sums::<3>(Rows::RowMajor(x), 0, wt, in_dim, step)),
+                4 => place(&lane_sums::<4>(Rows::RowMajor(x), 0, wt, in_dim, step)),
+                5 => place(&lane_sums::<5>(Rows::RowMajor(x), 0, wt, in_dim, step)),
+                6 => place(&lane_sums::<6>(Rows::RowMajor(x), 0, wt, in_dim, step)),
                 _ => unreachable!("tail_rows takes 1..=TAIL_ROWS x rows"),
             }
         }
     });
 }
 
-/// Rows `at..at + C` of `m` (rows of `in_dim`), each element `k` broadcast against row `k` of `lanes` (`in_dim`
-/// rows of eight lanes: eight x rows or eight weight rows, transposed): `[row][lane]`, each lane
+/// Rows `at..at + C` of `m` (`in_dim` long, row-major or a copy's), each element `k` broadcast against row `k`
+/// of `lanes` (`in_dim` rows of eight lanes: eight x rows or eight weight rows, transposed): `[row][lane]`, each lane
 /// `dot_tiled(row, lane's row, parts)`'s steps in its order (the parts last to first, within a part `k` ascending,
 /// a multiply then an add, every sum from -0.0). Both ways of `tiled` run through it: weight rows against x lanes,
 /// x rows against weight lanes.
@@ -93,15 +104,17 @@ unsafe fn tail_rows(x: &[f32], rows: usize, w: &[f32], cols: usize, in_dim: usiz
 #[target_feature(enable = "avx2")]
 #[inline]
 unsafe fn lane_sums<const C: usize>(
-    m: &[f32],
+    m: Rows,
     at: usize,
     lanes: &[f32],
     in_dim: usize,
     step: usize,
 ) -> [[f32; TILED_LANES]; C] {
-    // rows cut here from one matrix: passed in as slices of their own lengths, the loop checked each row's bound
-    // at every step (a 16 x 256 x 256 AVX-512 pass took 45-47 µs against 27-33)
-    let rows: [&[f32]; C] = std::array::from_fn(|j| &m[(at + j) * in_dim..(at + j + 1) * in_dim]);
+    // every row's extent checked once here, then read unchecked: with a bound check per read the loop was
+    // slower (a 16 x 256 x 256 AVX-512 pass took 45-47 µs against 27-33)
+    let (rows, apart) = m.starts::<C>(at, in_dim);
+    // SAFETY: `k < in_dim`, and `starts` checked that each row's `in_dim` elements, `apart` apart, exist
+    let at_k = |row: *const f32, k: usize| unsafe { *row.add(k * apart) };
     assert!(lanes.len() >= in_dim * TILED_LANES, "tiled: transposed rows too short");
     // Every sum of `dot_tiled` starts from -0.0, and `-0.0 + v` is `v` bit for bit for every product and sum (none
     // is a signalling NaN): so a part starts from its first product and the total from the first part, which
@@ -115,11 +128,11 @@ unsafe fn lane_sums<const C: usize>(
             unsafe { _mm256_loadu_ps(lanes.as_ptr().add(k * TILED_LANES)) }
         };
         let first = lane(start);
-        let mut part: [_; C] = std::array::from_fn(|j| _mm256_mul_ps(first, _mm256_set1_ps(rows[j][start])));
+        let mut part: [_; C] = std::array::from_fn(|j| _mm256_mul_ps(first, _mm256_set1_ps(at_k(rows[j], start))));
         for k in start + 1..end {
             let lv = lane(k);
             for (p, row) in part.iter_mut().zip(&rows) {
-                *p = _mm256_add_ps(*p, _mm256_mul_ps(lv, _mm256_set1_ps(row[k])));
+                *p = _mm256_add_ps(*p, _mm256_mul_ps(lv, _mm256_set1_ps(at_k(*row, k))));
             }
         }
         if nth == 0 {

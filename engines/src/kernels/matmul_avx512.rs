@@ -4,7 +4,7 @@
 
 use std::arch::x86_64::*;
 
-use super::matmul::{place_lanes, tail_walk, tiled_walk, Lanes, LANES};
+use super::matmul::{place_lanes, tail_walk, tiled_walk, BlockAsks, Lanes, Rows, LANES};
 
 /// `acc[r][c][l] = Σ_k x[r][k][l] · w[c][k][l]`, each step fused, `k` ascending. Compiled on its own with the
 /// shapes as constants, every accumulator lives in a register (the 4 x 4 step is 8 loads and 16 `vfmadd`, no
@@ -54,16 +54,25 @@ const TAIL_ROWS: usize = 10;
 /// The `Tiled` matmul, `y[r, o] = dot_tiled(x[r], w[o], parts)`, with the lanes over sixteen x rows (copied
 /// transposed once per call, so a lane reads its row's element `k` where the others read theirs) against sixteen
 /// weight rows at a time (then eight, then one); the last one to ten x rows over sixteen weight rows
-/// (`tail_rows`), so a short segment's MoE expert (~11 rows) or decode's one row runs no lane empty. Each lane
+/// (`tail_rows`), so a short segment's MoE expert (~11 rows) or decode's one row runs no lane empty. Both read
+/// the weights' `TailBlocks` copy instead where the caller built one at load (`weights` is then `Blocked`). Each lane
 /// keeps `dot_tiled`'s order: the parts last to first, within a part `k` ascending, each step a multiply then an
 /// add (two roundings, as the portable loop), every sum from -0.0. So the bits are the portable path's.
 ///
 /// # Safety
-/// The CPU has AVX-512F; `x` is `rows x in_dim`, `w` is `cols` weight rows of `in_dim`, `y` is `rows x cols`,
-/// and `in_dim > 0`.
+/// The CPU has AVX-512F; `x` is `rows x in_dim`, `weights` is `cols` weight rows of `in_dim` (a copy: in blocks of
+/// sixteen), `y` is `rows x cols`, and `in_dim > 0`.
 #[target_feature(enable = "avx512f")]
-pub(super) unsafe fn tiled(x: &[f32], rows: usize, w: &[f32], cols: usize, in_dim: usize, parts: usize, y: &mut [f32]) {
-    assert!(in_dim > 0 && x.len() == rows * in_dim && w.len() == cols * in_dim && y.len() == rows * cols);
+pub(super) unsafe fn tiled(
+    x: &[f32],
+    rows: usize,
+    weights: Rows,
+    cols: usize,
+    in_dim: usize,
+    parts: usize,
+    y: &mut [f32],
+) {
+    assert!(in_dim > 0 && x.len() == rows * in_dim && weights.hold(cols, in_dim) && y.len() == rows * cols);
     let parts = parts.clamp(1, in_dim);
     let step = in_dim.div_ceil(parts).max(1);
     let tail = match rows % TILED_LANES {
@@ -75,39 +84,41 @@ pub(super) unsafe fn tiled(x: &[f32], rows: usize, w: &[f32], cols: usize, in_di
     let (y_lanes, y_tail) = y.split_at_mut(lane_rows * cols);
     // with no whole pass of sixteen (decode, a few rows) the walk would only allocate its transposed rows
     if lane_rows > 0 {
+        let mut asks = BlockAsks::default();
         tiled_walk::<TILED_LANES>(x_lanes, lane_rows, in_dim, cols, |o, xt, r0, lanes| {
+            asks.at(weights, o, in_dim);
             // SAFETY (each arm): the CPU has AVX-512F; weight rows o..o + C exist, `xt` holds `in_dim` rows of lanes
             unsafe {
                 match cols - o {
-                    16.. => place_lanes(lane_sums::<16>(w, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
-                    8..=15 => place_lanes(lane_sums::<8>(w, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
-                    _ => place_lanes(lane_sums::<1>(w, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
+                    16.. => place_lanes(lane_sums::<16>(weights, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
+                    8..=15 => place_lanes(lane_sums::<8>(weights, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
+                    _ => place_lanes(lane_sums::<1>(weights, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
                 }
             }
         });
     }
     if tail > 0 {
         // SAFETY: the CPU has AVX-512F; `x_tail` is `tail` rows and `y_tail` `tail` rows of `cols`
-        unsafe { tail_rows(x_tail, tail, w, cols, in_dim, step, y_tail) };
+        unsafe { tail_rows(x_tail, tail, weights, cols, in_dim, step, y_tail) };
     }
 }
 
 /// `tiled`'s last `rows` (1..=10) x rows: for each block of sixteen weight rows, the block transposed (`in_dim`
-/// rows of sixteen lanes, lanes past the last weight row zero and never stored), then every x row's element `k`
-/// broadcast against row `k` of it, in `dot_tiled`'s order per lane.
+/// rows of sixteen lanes, lanes past the last weight row zero and never stored; a copy's blocks as they are), then
+/// every x row's element `k` broadcast against row `k` of it, in `dot_tiled`'s order per lane.
 ///
 /// # Safety
-/// The CPU has AVX-512F; `x` is `rows x in_dim` with `1 <= rows <= TAIL_ROWS`, `w` is `cols x in_dim`, `y` is
-/// `rows x cols`.
+/// The CPU has AVX-512F; `x` is `rows x in_dim` with `1 <= rows <= TAIL_ROWS`, `weights` is `cols x in_dim` (a
+/// copy: in blocks of sixteen), `y` is `rows x cols`.
 #[target_feature(enable = "avx512f")]
-unsafe fn tail_rows(x: &[f32], rows: usize, w: &[f32], cols: usize, in_dim: usize, step: usize, y: &mut [f32]) {
-    tail_walk::<TILED_LANES>(w, cols, in_dim, y, |wt, place| {
+unsafe fn tail_rows(x: &[f32], rows: usize, weights: Rows, cols: usize, in_dim: usize, step: usize, y: &mut [f32]) {
+    tail_walk::<TILED_LANES>(weights, cols, in_dim, y, |wt, place| {
         macro_rules! rows_through {
             ($($c:literal)*) => {
                 match rows {
                     // SAFETY (each arm): the CPU has AVX-512F; `x` holds `C` rows of `in_dim`, `wt` `in_dim` rows
                     // of sixteen
-                    $($c => place(&unsafe { lane_sums::<$c>(x, 0, wt, in_dim, step) }),)*
+                    $($c => place(&unsafe { lane_sums::<$c>(Rows::RowMajor(x), 0, wt, in_dim, step) }),)*
                     _ => unreachable!("tail_rows takes 1..=TAIL_ROWS x rows"),
                 }
             };
@@ -116,8 +127,8 @@ unsafe fn tail_rows(x: &[f32], rows: usize, w: &[f32], cols: usize, in_dim: usiz
     });
 }
 
-/// Rows `at..at + C` of `m` (rows of `in_dim`), each element `k` broadcast against row `k` of `lanes` (`in_dim`
-/// rows of sixteen lanes: sixteen x rows or sixteen weight rows, transposed): `[row][lane]`, each lane
+/// Rows `at..at + C` of `m` (`in_dim` long, row-major or a copy's), each element `k` broadcast against row `k`
+/// of `lanes` (`in_dim` rows of sixteen lanes: sixteen x rows or sixteen weight rows, transposed): `[row][lane]`, each lane
 /// `dot_tiled(row, lane's row, parts)`'s steps in its order (the parts last to first, within a part `k` ascending,
 /// a multiply then an add, every sum from -0.0). Both ways of `tiled` run through it: weight rows against x lanes,
 /// x rows against weight lanes.
@@ -127,15 +138,17 @@ unsafe fn tail_rows(x: &[f32], rows: usize, w: &[f32], cols: usize, in_dim: usiz
 #[target_feature(enable = "avx512f")]
 #[inline]
 unsafe fn lane_sums<const C: usize>(
-    m: &[f32],
+    m: Rows,
     at: usize,
     lanes: &[f32],
     in_dim: usize,
     step: usize,
 ) -> [[f32; TILED_LANES]; C] {
-    // rows cut here from one matrix: passed in as slices of their own lengths, the loop checked each row's bound
-    // at every step (a 16 x 256 x 256 AVX-512 pass took 45-47 µs against 27-33)
-    let rows: [&[f32]; C] = std::array::from_fn(|j| &m[(at + j) * in_dim..(at + j + 1) * in_dim]);
+    // every row's extent checked once here, then read unchecked: with a bound check per read the loop was
+    // slower (a 16 x 256 x 256 AVX-512 pass took 45-47 µs against 27-33)
+    let (rows, apart) = m.starts::<C>(at, in_dim);
+    // SAFETY: `k < in_dim`, and `starts` checked that each row's `in_dim` elements, `apart` apart, exist
+    let at_k = |row: *const f32, k: usize| unsafe { *row.add(k * apart) };
     assert!(lanes.len() >= in_dim * TILED_LANES, "tiled: transposed rows too short");
     // Every sum of `dot_tiled` starts from -0.0, and `-0.0 + v` is `v` bit for bit for every product and sum (none
     // is a signalling NaN): so a part starts from its first product and the total from the first part, which
@@ -149,11 +162,11 @@ unsafe fn lane_sums<const C: usize>(
             unsafe { _mm512_loadu_ps(lanes.as_ptr().add(k * TILED_LANES)) }
         };
         let first = lane(start);
-        let mut part: [_; C] = std::array::from_fn(|j| _mm512_mul_ps(first, _mm512_set1_ps(rows[j][start])));
+        let mut part: [_; C] = std::array::from_fn(|j| _mm512_mul_ps(first, _mm512_set1_ps(at_k(rows[j], start))));
         for k in start + 1..end {
             let lv = lane(k);
             for (p, row) in part.iter_mut().zip(&rows) {
-                *p = _mm512_add_ps(*p, _mm512_mul_ps(lv, _mm512_set1_ps(row[k])));
+                *p = _mm512_add_ps(*p, _mm512_mul_ps(lv, _mm512_set1_ps(at_k(*row, k))));
             }
         }
         if nth == 0 {

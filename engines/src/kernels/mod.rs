@@ -37,15 +37,17 @@ mod quantize_avx512;
 mod rope;
 #[cfg(target_arch = "x86_64")]
 mod softmax_avx512;
+mod tail_blocks;
 mod work;
 
 pub use activation::{silu, softmax_in_place, softmax_scaled};
 pub use attention::{attend, attend_many, push_dots, softmax_parts, weighted_sum, Scores};
 pub use exp::exp;
-pub use matmul::{dot, matmul, matmul_with, LANES};
+pub use matmul::{dot, matmul, matmul_with, matmul_with_tail, LANES};
 pub use norm::rms_norm;
 pub use quant::{dequantize_row, f16_to_f32, qmatmul, qmatmul_each, QBytes, QMatrix, QType, QK};
 pub use rope::{angles as rope_angles, Rope};
+pub use tail_blocks::TailBlocks;
 pub use work::{work, Work};
 
 /// How a kernel splits a reduction. `Invariant` is the default; `Tiled(n)` splits each reduction into `n`

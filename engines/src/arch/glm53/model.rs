@@ -85,7 +85,10 @@ impl Model {
     /// The model from `src`, every tensor named once, in checkpoint order (the drafter's `mtp.` tensors last).
     pub fn build(c: Config, src: &mut dyn Source, hash: String) -> Result<Model> {
         let h = c.hidden;
-        let stack = Stack::build(src, &c, |t, _| GqaProj::load(t, &c))?;
+        let mut stack = Stack::build(src, &c, |t, _| GqaProj::load(t, &c))?;
+        // prefill reduces `Tiled` and a short chunk gives each expert a few rows: their tails read a copy built here
+        // instead of transposing the expert's weights on every call
+        stack.layers.iter_mut().for_each(|layer| _ = layer.moe.add_tail_blocks());
         let mut draft = Vec::with_capacity(c.draft_layers);
         for i in 0..c.draft_layers {
             let t = &mut within(src, format!("mtp.layers.{i}."));
