@@ -467,7 +467,36 @@ pub(super) fn place_lanes<const C: usize, const L: usize>(
 /// cols, in_dim, parts, y.
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
-type TiledKernel = unsafe fn(&[f32], usize, Rows, usize, usize, usize, &mut [f32]);
+type TiledKernel = unsafe fn(&[f32], usize, TiledWeights, usize, usize, usize, &mut [f32]);
+
+/// A `Tiled` kernel's weights: row-major, and their `TailBlocks` copy (from the task's first row on) where the
+/// caller built one, which the tail reads instead of transposing.
+#[cfg(target_arch = "x86_64")]
+#[derive(Debug, Clone, Copy)]
+pub(super) struct TiledWeights<'a> {
+    pub(super) row_major: &'a [f32],
+    pub(super) copy: Option<Rows<'a>>,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl<'a> TiledWeights<'a> {
+    /// What the x-lane passes broadcast: the copy when the tail reads it too or a single pass reads the weights
+    /// once (one matrix from memory, not two), the row-major weights when several passes with no tail reread them
+    /// from the cache, where broadcasting from the copy ran slower. Measured on a 2-core AVX-512 EPYC, weights from
+    /// DRAM: 256 x 256 at 16 / 21 / 40 x rows 48 / 58 / 61 µs from the copy against 58 / 88 / 80 row-major; 512 x
+    /// 512 at 128 parts, 64 / 128 rows, 360-374 / 698-704 against 343-360 / 637-645.
+    pub(super) fn passes(&self, tail: bool, single_pass: bool) -> Rows<'a> {
+        match self.copy {
+            Some(copy) if tail || single_pass => copy,
+            _ => Rows::RowMajor(self.row_major),
+        }
+    }
+
+    /// What the tail reads its blocks from.
+    pub(super) fn tail(&self) -> Rows<'a> {
+        self.copy.unwrap_or(Rows::RowMajor(self.row_major))
+    }
+}
 
 /// The SIMD `Tiled` kernel this CPU runs and its lanes (AVX-512: 16, AVX2: 8); `None` on the portable path.
 #[cfg(target_arch = "x86_64")]
@@ -541,10 +570,8 @@ pub fn matmul_with_tail(
                     let cols = wb.len() / in_dim;
                     let mut out = vec![0.0; rows * cols];
                     // the copy where there is one: the passes and the tail then read one matrix between them
-                    let weights = match tail {
-                        Some(b) => Rows::Blocked { blocks: b.blocks_from(t * per), lanes },
-                        None => Rows::RowMajor(wb),
-                    };
+                    let copy = tail.map(|b| Rows::Blocked { blocks: b.blocks_from(t * per), lanes });
+                    let weights = TiledWeights { row_major: wb, copy };
                     // SAFETY: the CPU has the kernel's features (detected above); x is rows x in_dim, the weights
                     // cols x in_dim (a copy in the kernel's lanes, asserted), out rows x cols, in_dim > 0
                     #[allow(unsafe_code)]
@@ -771,7 +798,10 @@ mod tests {
             let mut y = vec![0.0; rows * out_dim];
             // SAFETY: the CPU has AVX2 (checked above); the shapes match and in_dim > 0
             #[allow(unsafe_code)]
-            unsafe { crate::kernels::matmul_avx2::tiled(&x, rows, Rows::RowMajor(&w), out_dim, in_dim, parts, &mut y) };
+            unsafe {
+                let weights = TiledWeights { row_major: &w, copy: None };
+                crate::kernels::matmul_avx2::tiled(&x, rows, weights, out_dim, in_dim, parts, &mut y)
+            };
             for r in 0..rows {
                 for o in 0..out_dim {
                     let e = dot_tiled(&x[r * in_dim..(r + 1) * in_dim], &w[o * in_dim..(o + 1) * in_dim], parts);
@@ -812,7 +842,7 @@ mod tests {
                 #[allow(unsafe_code)]
                 unsafe {
                     crate::kernels::matmul_avx2::tiled(
-                        &x, rows, Rows::Blocked { blocks: eights.blocks_from(0), lanes: 8 }, out_dim, in_dim, parts, &mut y,
+                        &x, rows, TiledWeights { row_major: &w, copy: Some(Rows::Blocked { blocks: eights.blocks_from(0), lanes: 8 }) }, out_dim, in_dim, parts, &mut y,
                     )
                 };
                 for r in 0..rows {
@@ -867,7 +897,15 @@ mod tests {
                     // SAFETY: the CPU has AVX2 (checked); the shapes match and in_dim > 0
                     #[allow(unsafe_code)]
                     unsafe {
-                        crate::kernels::matmul_avx2::tiled(x, rows, Rows::RowMajor(w), out_dim, in_dim, parts, &mut y2)
+                        crate::kernels::matmul_avx2::tiled(
+                            x,
+                            rows,
+                            TiledWeights { row_major: w, copy: None },
+                            out_dim,
+                            in_dim,
+                            parts,
+                            &mut y2,
+                        )
                     };
                     y2
                 });

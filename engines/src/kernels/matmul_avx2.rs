@@ -7,7 +7,7 @@
 
 use std::arch::x86_64::*;
 
-use super::matmul::{place_lanes, tail_walk, tiled_walk, BlockAsks, Rows};
+use super::matmul::{place_lanes, tail_walk, tiled_walk, BlockAsks, Rows, TiledWeights};
 
 /// X rows a `tiled` pass holds side by side: one per lane.
 const TILED_LANES: usize = 8;
@@ -20,25 +20,31 @@ const WIDE: usize = 6;
 const TAIL_ROWS: usize = 6;
 
 /// The `Tiled` matmul, `y[r, o] = dot_tiled(x[r], w[o], parts)`: the lanes over eight x rows (copied transposed
-/// once per call), the last one to six x rows over eight weight rows (`tail_rows`; both read the weights'
-/// `TailBlocks` copy where the caller built one at load, `weights` then `Blocked`), each lane in `dot_tiled`'s
+/// once per call), the last one to six x rows over eight weight rows (`tail_rows`; the weights' `TailBlocks` copy
+/// where the caller built one, as on AVX-512), each lane in `dot_tiled`'s
 /// order (the parts last to first, within a part `k` ascending, each step a multiply then an add, every sum from
 /// -0.0), so the bits are the portable path's.
 ///
 /// # Safety
-/// The CPU has AVX2; `x` is `rows x in_dim`, `weights` is `cols` weight rows of `in_dim` (a copy: in blocks of
+/// The CPU has AVX2; `x` is `rows x in_dim`, `weights` are `cols` weight rows of `in_dim` (a copy in blocks of
 /// eight), `y` is `rows x cols`, and `in_dim > 0`.
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn tiled(
     x: &[f32],
     rows: usize,
-    weights: Rows,
+    weights: TiledWeights,
     cols: usize,
     in_dim: usize,
     parts: usize,
     y: &mut [f32],
 ) {
-    assert!(in_dim > 0 && x.len() == rows * in_dim && weights.hold(cols, in_dim) && y.len() == rows * cols);
+    assert!(
+        in_dim > 0
+            && x.len() == rows * in_dim
+            && weights.row_major.len() == cols * in_dim
+            && weights.copy.is_none_or(|c| c.hold(cols, in_dim))
+            && y.len() == rows * cols
+    );
     let parts = parts.clamp(1, in_dim);
     let step = in_dim.div_ceil(parts).max(1);
     let tail = match rows % TILED_LANES {
@@ -50,21 +56,22 @@ pub(super) unsafe fn tiled(
     let (y_lanes, y_tail) = y.split_at_mut(lane_rows * cols);
     // with no whole pass of eight (decode, a few rows) the walk would only allocate its transposed rows
     if lane_rows > 0 {
+        let passes = weights.passes(tail > 0, lane_rows <= TILED_LANES);
         let mut asks = BlockAsks::default();
         tiled_walk::<TILED_LANES>(x_lanes, lane_rows, in_dim, cols, |o, xt, r0, lanes| {
-            asks.at(weights, o, in_dim);
+            asks.at(passes, o, in_dim);
             // SAFETY (each arm): the CPU has AVX2; weight rows o..o + C exist, `xt` holds `in_dim` rows of lanes
             unsafe {
                 match cols - o {
-                    WIDE.. => place_lanes(lane_sums::<WIDE>(weights, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
-                    _ => place_lanes(lane_sums::<1>(weights, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
+                    WIDE.. => place_lanes(lane_sums::<WIDE>(passes, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
+                    _ => place_lanes(lane_sums::<1>(passes, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
                 }
             }
         });
     }
     if tail > 0 {
         // SAFETY: the CPU has AVX2; `x_tail` is `tail` rows and `y_tail` `tail` rows of `cols`
-        unsafe { tail_rows(x_tail, tail, weights, cols, in_dim, step, y_tail) };
+        unsafe { tail_rows(x_tail, tail, weights.tail(), cols, in_dim, step, y_tail) };
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::arch::x86_64::*;
 
-use super::matmul::{place_lanes, tail_walk, tiled_walk, BlockAsks, Lanes, Rows, LANES};
+use super::matmul::{place_lanes, tail_walk, tiled_walk, BlockAsks, Lanes, Rows, TiledWeights, LANES};
 
 /// `acc[r][c][l] = Σ_k x[r][k][l] · w[c][k][l]`, each step fused, `k` ascending. Compiled on its own with the
 /// shapes as constants, every accumulator lives in a register (the 4 x 4 step is 8 loads and 16 `vfmadd`, no
@@ -54,25 +54,32 @@ const TAIL_ROWS: usize = 10;
 /// The `Tiled` matmul, `y[r, o] = dot_tiled(x[r], w[o], parts)`, with the lanes over sixteen x rows (copied
 /// transposed once per call, so a lane reads its row's element `k` where the others read theirs) against sixteen
 /// weight rows at a time (then eight, then one); the last one to ten x rows over sixteen weight rows
-/// (`tail_rows`), so a short segment's MoE expert (~11 rows) or decode's one row runs no lane empty. Both read
-/// the weights' `TailBlocks` copy instead where the caller built one at load (`weights` is then `Blocked`). Each lane
+/// (`tail_rows`), so a short segment's MoE expert (~11 rows) or decode's one row runs no lane empty. Where the
+/// caller built the weights' `TailBlocks` copy at load, the tail reads it, and the passes too when the tail does or
+/// there is one pass (`TiledWeights::passes`). Each lane
 /// keeps `dot_tiled`'s order: the parts last to first, within a part `k` ascending, each step a multiply then an
 /// add (two roundings, as the portable loop), every sum from -0.0. So the bits are the portable path's.
 ///
 /// # Safety
-/// The CPU has AVX-512F; `x` is `rows x in_dim`, `weights` is `cols` weight rows of `in_dim` (a copy: in blocks of
-/// sixteen), `y` is `rows x cols`, and `in_dim > 0`.
+/// The CPU has AVX-512F; `x` is `rows x in_dim`, `weights` are `cols` weight rows of `in_dim` (a copy in blocks
+/// of sixteen), `y` is `rows x cols`, and `in_dim > 0`.
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn tiled(
     x: &[f32],
     rows: usize,
-    weights: Rows,
+    weights: TiledWeights,
     cols: usize,
     in_dim: usize,
     parts: usize,
     y: &mut [f32],
 ) {
-    assert!(in_dim > 0 && x.len() == rows * in_dim && weights.hold(cols, in_dim) && y.len() == rows * cols);
+    assert!(
+        in_dim > 0
+            && x.len() == rows * in_dim
+            && weights.row_major.len() == cols * in_dim
+            && weights.copy.is_none_or(|c| c.hold(cols, in_dim))
+            && y.len() == rows * cols
+    );
     let parts = parts.clamp(1, in_dim);
     let step = in_dim.div_ceil(parts).max(1);
     let tail = match rows % TILED_LANES {
@@ -84,22 +91,23 @@ pub(super) unsafe fn tiled(
     let (y_lanes, y_tail) = y.split_at_mut(lane_rows * cols);
     // with no whole pass of sixteen (decode, a few rows) the walk would only allocate its transposed rows
     if lane_rows > 0 {
+        let passes = weights.passes(tail > 0, lane_rows <= TILED_LANES);
         let mut asks = BlockAsks::default();
         tiled_walk::<TILED_LANES>(x_lanes, lane_rows, in_dim, cols, |o, xt, r0, lanes| {
-            asks.at(weights, o, in_dim);
+            asks.at(passes, o, in_dim);
             // SAFETY (each arm): the CPU has AVX-512F; weight rows o..o + C exist, `xt` holds `in_dim` rows of lanes
             unsafe {
                 match cols - o {
-                    16.. => place_lanes(lane_sums::<16>(weights, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
-                    8..=15 => place_lanes(lane_sums::<8>(weights, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
-                    _ => place_lanes(lane_sums::<1>(weights, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
+                    16.. => place_lanes(lane_sums::<16>(passes, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
+                    8..=15 => place_lanes(lane_sums::<8>(passes, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
+                    _ => place_lanes(lane_sums::<1>(passes, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
                 }
             }
         });
     }
     if tail > 0 {
         // SAFETY: the CPU has AVX-512F; `x_tail` is `tail` rows and `y_tail` `tail` rows of `cols`
-        unsafe { tail_rows(x_tail, tail, weights, cols, in_dim, step, y_tail) };
+        unsafe { tail_rows(x_tail, tail, weights.tail(), cols, in_dim, step, y_tail) };
     }
 }
 
