@@ -841,9 +841,9 @@ mod tests {
                 // SAFETY: the CPU has AVX2 (checked); the shapes match, in_dim > 0, the copy is in blocks of eight
                 #[allow(unsafe_code)]
                 unsafe {
-                    crate::kernels::matmul_avx2::tiled(
-                        &x, rows, TiledWeights { row_major: &w, copy: Some(Rows::Blocked { blocks: eights.blocks_from(0), lanes: 8 }) }, out_dim, in_dim, parts, &mut y,
-                    )
+                    let copy = Some(Rows::Blocked { blocks: eights.blocks_from(0), lanes: 8 });
+                    let weights = TiledWeights { row_major: &w, copy };
+                    crate::kernels::matmul_avx2::tiled(&x, rows, weights, out_dim, in_dim, parts, &mut y)
                 };
                 for r in 0..rows {
                     for o in 0..out_dim {

@@ -50,15 +50,19 @@ const TILED_LANES: usize = 16;
 /// (24-34 µs); over weight lanes, transposes included, 1 row took 11-17, 4 rows 16-19, 10 rows 23-29, 12 about
 /// even, 14 more.
 const TAIL_ROWS: usize = 10;
+/// The same bound when the tail reads the weights' `TailBlocks` copy (no transposes): up to fifteen, every row
+/// count short of a whole pass. Measured as above: 11 to 15 rows over weight lanes took 17-22 µs against 30-53 for
+/// an x-lane pass in cache, and about even from DRAM (44-49 µs either way).
+const TAIL_ROWS_FROM_COPY: usize = 15;
 
 /// The `Tiled` matmul, `y[r, o] = dot_tiled(x[r], w[o], parts)`, with the lanes over sixteen x rows (copied
 /// transposed once per call, so a lane reads its row's element `k` where the others read theirs) against sixteen
-/// weight rows at a time (then eight, then one); the last one to ten x rows over sixteen weight rows
-/// (`tail_rows`), so a short segment's MoE expert (~11 rows) or decode's one row runs no lane empty. Where the
-/// caller built the weights' `TailBlocks` copy at load, the tail reads it, and the passes too when the tail does or
-/// there is one pass (`TiledWeights::passes`). Each lane
-/// keeps `dot_tiled`'s order: the parts last to first, within a part `k` ascending, each step a multiply then an
-/// add (two roundings, as the portable loop), every sum from -0.0. So the bits are the portable path's.
+/// weight rows at a time (then eight, then one); the last one to ten x rows (fifteen from a copy) over sixteen
+/// weight rows (`tail_rows`), so a short segment's MoE expert (~11 rows) or decode's one row runs no lane empty.
+/// Where the caller built the weights' `TailBlocks` copy at load, the tail reads it, and the passes too when the
+/// tail does or there is one pass (`TiledWeights::passes`). Each lane keeps `dot_tiled`'s order: the parts last to
+/// first, within a part `k` ascending, each step a multiply then an add (two roundings, as the portable loop),
+/// every sum from -0.0. So the bits are the portable path's.
 ///
 /// # Safety
 /// The CPU has AVX-512F; `x` is `rows x in_dim`, `weights` are `cols` weight rows of `in_dim` (a copy in blocks
@@ -82,8 +86,9 @@ pub(super) unsafe fn tiled(
     );
     let parts = parts.clamp(1, in_dim);
     let step = in_dim.div_ceil(parts).max(1);
+    let most = if weights.copy.is_some() { TAIL_ROWS_FROM_COPY } else { TAIL_ROWS };
     let tail = match rows % TILED_LANES {
-        left @ 1..=TAIL_ROWS => left,
+        left @ 1.. if left <= most => left,
         _ => 0,
     };
     let lane_rows = rows - tail;
@@ -111,13 +116,14 @@ pub(super) unsafe fn tiled(
     }
 }
 
-/// `tiled`'s last `rows` (1..=10) x rows: for each block of sixteen weight rows, the block transposed (`in_dim`
-/// rows of sixteen lanes, lanes past the last weight row zero and never stored; a copy's blocks as they are), then
-/// every x row's element `k` broadcast against row `k` of it, in `dot_tiled`'s order per lane.
+/// `tiled`'s last `rows` (1..=10, or 1..=15 from a copy) x rows: for each block of sixteen weight rows, the block
+/// transposed (`in_dim` rows of sixteen lanes, lanes past the last weight row zero and never stored; a copy's
+/// blocks as they are), then every x row's element `k` broadcast against row `k` of it, in `dot_tiled`'s order
+/// per lane.
 ///
 /// # Safety
-/// The CPU has AVX-512F; `x` is `rows x in_dim` with `1 <= rows <= TAIL_ROWS`, `weights` is `cols x in_dim` (a
-/// copy: in blocks of sixteen), `y` is `rows x cols`.
+/// The CPU has AVX-512F; `x` is `rows x in_dim` with `1 <= rows <= TAIL_ROWS_FROM_COPY`, `weights` is `cols x
+/// in_dim` (a copy: in blocks of sixteen), `y` is `rows x cols`.
 #[target_feature(enable = "avx512f")]
 unsafe fn tail_rows(x: &[f32], rows: usize, weights: Rows, cols: usize, in_dim: usize, step: usize, y: &mut [f32]) {
     tail_walk::<TILED_LANES>(weights, cols, in_dim, y, |wt, place| {
@@ -127,19 +133,19 @@ unsafe fn tail_rows(x: &[f32], rows: usize, weights: Rows, cols: usize, in_dim: 
                     // SAFETY (each arm): the CPU has AVX-512F; `x` holds `C` rows of `in_dim`, `wt` `in_dim` rows
                     // of sixteen
                     $($c => place(&unsafe { lane_sums::<$c>(Rows::RowMajor(x), 0, wt, in_dim, step) }),)*
-                    _ => unreachable!("tail_rows takes 1..=TAIL_ROWS x rows"),
+                    _ => unreachable!("tail_rows takes 1..=TAIL_ROWS_FROM_COPY x rows"),
                 }
             };
         }
-        rows_through!(1 2 3 4 5 6 7 8 9 10);
+        rows_through!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
     });
 }
 
 /// Rows `at..at + C` of `m` (`in_dim` long, row-major or a copy's), each element `k` broadcast against row `k`
-/// of `lanes` (`in_dim` rows of sixteen lanes: sixteen x rows or sixteen weight rows, transposed): `[row][lane]`, each lane
-/// `dot_tiled(row, lane's row, parts)`'s steps in its order (the parts last to first, within a part `k` ascending,
-/// a multiply then an add, every sum from -0.0). Both ways of `tiled` run through it: weight rows against x lanes,
-/// x rows against weight lanes.
+/// of `lanes` (`in_dim` rows of sixteen lanes: sixteen x rows or sixteen weight rows, transposed): `[row][lane]`,
+/// each lane `dot_tiled(row, lane's row, parts)`'s steps in its order (the parts last to first, within a part `k`
+/// ascending, a multiply then an add, every sum from -0.0). Both ways of `tiled` run through it: weight rows
+/// against x lanes, x rows against weight lanes.
 ///
 /// # Safety
 /// The CPU has AVX-512F; `m` holds rows `at..at + C`; `lanes` holds `in_dim` rows of 16 lanes.
