@@ -60,11 +60,20 @@ pub(super) unsafe fn tiled(
         let mut asks = BlockAsks::default();
         tiled_walk::<TILED_LANES>(x_lanes, lane_rows, in_dim, cols, |o, xt, r0, lanes| {
             asks.at(passes, o, in_dim);
+            // weight rows `o..o + C` against the x lanes, row-major (elements 1 apart) or a copy's (eight)
+            macro_rules! pass {
+                ($c:expr) => {
+                    match passes {
+                        Rows::RowMajor(_) => lane_sums::<$c, 1>(passes, o, xt, in_dim, step),
+                        Rows::Blocked { .. } => lane_sums::<$c, TILED_LANES>(passes, o, xt, in_dim, step),
+                    }
+                };
+            }
             // SAFETY (each arm): the CPU has AVX2; weight rows o..o + C exist, `xt` holds `in_dim` rows of lanes
             unsafe {
                 match cols - o {
-                    WIDE.. => place_lanes(lane_sums::<WIDE>(passes, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
-                    _ => place_lanes(lane_sums::<1>(passes, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
+                    WIDE.. => place_lanes(pass!(WIDE), y_lanes, cols, r0, lanes, o),
+                    _ => place_lanes(pass!(1), y_lanes, cols, r0, lanes, o),
                 }
             }
         });
@@ -88,12 +97,12 @@ unsafe fn tail_rows(x: &[f32], rows: usize, weights: Rows, cols: usize, in_dim: 
         // SAFETY (each arm): the CPU has AVX2; `x` holds `C` rows of `in_dim`, `wt` `in_dim` rows of eight
         unsafe {
             match rows {
-                1 => place(&lane_sums::<1>(Rows::RowMajor(x), 0, wt, in_dim, step)),
-                2 => place(&lane_sums::<2>(Rows::RowMajor(x), 0, wt, in_dim, step)),
-                3 => place(&lane_sums::<3>(Rows::RowMajor(x), 0, wt, in_dim, step)),
-                4 => place(&lane_sums::<4>(Rows::RowMajor(x), 0, wt, in_dim, step)),
-                5 => place(&lane_sums::<5>(Rows::RowMajor(x), 0, wt, in_dim, step)),
-                6 => place(&lane_sums::<6>(Rows::RowMajor(x), 0, wt, in_dim, step)),
+                1 => place(&lane_sums::<1, 1>(Rows::RowMajor(x), 0, wt, in_dim, step)),
+                2 => place(&lane_sums::<2, 1>(Rows::RowMajor(x), 0, wt, in_dim, step)),
+                3 => place(&lane_sums::<3, 1>(Rows::RowMajor(x), 0, wt, in_dim, step)),
+                4 => place(&lane_sums::<4, 1>(Rows::RowMajor(x), 0, wt, in_dim, step)),
+                5 => place(&lane_sums::<5, 1>(Rows::RowMajor(x), 0, wt, in_dim, step)),
+                6 => place(&lane_sums::<6, 1>(Rows::RowMajor(x), 0, wt, in_dim, step)),
                 _ => unreachable!("tail_rows takes 1..=TAIL_ROWS x rows"),
             }
         }
@@ -110,7 +119,7 @@ unsafe fn tail_rows(x: &[f32], rows: usize, weights: Rows, cols: usize, in_dim: 
 /// The CPU has AVX2; `m` holds rows `at..at + C`; `lanes` holds `in_dim` rows of 8 lanes.
 #[target_feature(enable = "avx2")]
 #[inline]
-unsafe fn lane_sums<const C: usize>(
+unsafe fn lane_sums<const C: usize, const APART: usize>(
     m: Rows,
     at: usize,
     lanes: &[f32],
@@ -120,8 +129,11 @@ unsafe fn lane_sums<const C: usize>(
     // every row's extent checked once here, then read unchecked: with a bound check per read the loop was
     // slower (a 16 x 256 x 256 AVX-512 pass took 45-47 µs against 27-33)
     let (rows, apart) = m.starts::<C>(at, in_dim);
-    // SAFETY: `k < in_dim`, and `starts` checked that each row's `in_dim` elements, `apart` apart, exist
-    let at_k = |row: *const f32, k: usize| unsafe { *row.add(k * apart) };
+    // the distance a constant of each instance: at a run-time one the address of every broadcast took a multiply,
+    // and glm53's bench prefill fell from 51-53% to 41-47% of the peak
+    assert_eq!(apart, APART, "tiled: rows {apart} apart in an instance for {APART}");
+    // SAFETY: `k < in_dim`, and `starts` checked that each row's `in_dim` elements, `APART` apart, exist
+    let at_k = |row: *const f32, k: usize| unsafe { *row.add(k * APART) };
     assert!(lanes.len() >= in_dim * TILED_LANES, "tiled: transposed rows too short");
     // Every sum of `dot_tiled` starts from -0.0, and `-0.0 + v` is `v` bit for bit for every product and sum (none
     // is a signalling NaN): so a part starts from its first product and the total from the first part, which

@@ -100,12 +100,21 @@ pub(super) unsafe fn tiled(
         let mut asks = BlockAsks::default();
         tiled_walk::<TILED_LANES>(x_lanes, lane_rows, in_dim, cols, |o, xt, r0, lanes| {
             asks.at(passes, o, in_dim);
+            // weight rows `o..o + C` against the x lanes, row-major (elements 1 apart) or a copy's (sixteen)
+            macro_rules! pass {
+                ($c:expr) => {
+                    match passes {
+                        Rows::RowMajor(_) => lane_sums::<$c, 1>(passes, o, xt, in_dim, step),
+                        Rows::Blocked { .. } => lane_sums::<$c, TILED_LANES>(passes, o, xt, in_dim, step),
+                    }
+                };
+            }
             // SAFETY (each arm): the CPU has AVX-512F; weight rows o..o + C exist, `xt` holds `in_dim` rows of lanes
             unsafe {
                 match cols - o {
-                    16.. => place_lanes(lane_sums::<16>(passes, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
-                    8..=15 => place_lanes(lane_sums::<8>(passes, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
-                    _ => place_lanes(lane_sums::<1>(passes, o, xt, in_dim, step), y_lanes, cols, r0, lanes, o),
+                    16.. => place_lanes(pass!(16), y_lanes, cols, r0, lanes, o),
+                    8..=15 => place_lanes(pass!(8), y_lanes, cols, r0, lanes, o),
+                    _ => place_lanes(pass!(1), y_lanes, cols, r0, lanes, o),
                 }
             }
         });
@@ -132,7 +141,7 @@ unsafe fn tail_rows(x: &[f32], rows: usize, weights: Rows, cols: usize, in_dim: 
                 match rows {
                     // SAFETY (each arm): the CPU has AVX-512F; `x` holds `C` rows of `in_dim`, `wt` `in_dim` rows
                     // of sixteen
-                    $($c => place(&unsafe { lane_sums::<$c>(Rows::RowMajor(x), 0, wt, in_dim, step) }),)*
+                    $($c => place(&unsafe { lane_sums::<$c, 1>(Rows::RowMajor(x), 0, wt, in_dim, step) }),)*
                     _ => unreachable!("tail_rows takes 1..=TAIL_ROWS_FROM_COPY x rows"),
                 }
             };
@@ -151,7 +160,7 @@ unsafe fn tail_rows(x: &[f32], rows: usize, weights: Rows, cols: usize, in_dim: 
 /// The CPU has AVX-512F; `m` holds rows `at..at + C`; `lanes` holds `in_dim` rows of 16 lanes.
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn lane_sums<const C: usize>(
+unsafe fn lane_sums<const C: usize, const APART: usize>(
     m: Rows,
     at: usize,
     lanes: &[f32],
@@ -161,8 +170,11 @@ unsafe fn lane_sums<const C: usize>(
     // every row's extent checked once here, then read unchecked: with a bound check per read the loop was
     // slower (a 16 x 256 x 256 AVX-512 pass took 45-47 µs against 27-33)
     let (rows, apart) = m.starts::<C>(at, in_dim);
-    // SAFETY: `k < in_dim`, and `starts` checked that each row's `in_dim` elements, `apart` apart, exist
-    let at_k = |row: *const f32, k: usize| unsafe { *row.add(k * apart) };
+    // the distance a constant of each instance: at a run-time one the address of every broadcast took a multiply,
+    // and glm53's bench prefill fell from 51-53% to 41-47% of the peak
+    assert_eq!(apart, APART, "tiled: rows {apart} apart in an instance for {APART}");
+    // SAFETY: `k < in_dim`, and `starts` checked that each row's `in_dim` elements, `APART` apart, exist
+    let at_k = |row: *const f32, k: usize| unsafe { *row.add(k * APART) };
     assert!(lanes.len() >= in_dim * TILED_LANES, "tiled: transposed rows too short");
     // Every sum of `dot_tiled` starts from -0.0, and `-0.0 + v` is `v` bit for bit for every product and sum (none
     // is a signalling NaN): so a part starts from its first product and the total from the first part, which
