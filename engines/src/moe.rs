@@ -154,19 +154,24 @@ mod tests {
         Expert::new(random(f * h, seed), random(f * h, seed + 1), random(h * f, seed + 2))
     }
 
-    /// Each row's output is its own top-k experts, each run on that row alone, weighted in rank order, plus the
-    /// shared expert: bitwise, in a batch whose rows spread over every expert (so the experts run side by side).
-    #[test]
-    fn each_row_gets_its_own_experts_in_rank_order() {
-        let (h, f, rows) = (32, 48, 23);
-        let moe = Moe {
+    /// Six routed experts (top 2) and one shared.
+    fn six_experts(h: usize, f: usize) -> Moe {
+        Moe {
             hidden: h,
             ffn: f,
             top_k: 2,
             router: random(6 * h, 1),
             experts: (0..6).map(|e| expert(h, f, 10 * e + 2)).collect(),
             shared: vec![expert(h, f, 99)],
-        };
+        }
+    }
+
+    /// Each row's output is its own top-k experts, each run on that row alone, weighted in rank order, plus the
+    /// shared expert: bitwise, in a batch whose rows spread over every expert (so the experts run side by side).
+    #[test]
+    fn each_row_gets_its_own_experts_in_rank_order() {
+        let (h, f, rows) = (32, 48, 23);
+        let moe = six_experts(h, f);
         let x = random(rows * h, 7);
         let y = moe.forward(Reduction::Invariant, &x, rows);
         let mut used = vec![false; moe.experts.len()];
@@ -196,15 +201,7 @@ mod tests {
     /// counts that leave every expert a tail (a few rows each) and at counts with whole passes.
     #[test]
     fn tail_copies_keep_the_tiled_bits() {
-        let (h, f) = (48, 40);
-        let plain = Moe {
-            hidden: h,
-            ffn: f,
-            top_k: 2,
-            router: random(6 * h, 1),
-            experts: (0..6).map(|e| expert(h, f, 10 * e + 2)).collect(),
-            shared: vec![expert(h, f, 99)],
-        };
+        let plain = six_experts(48, 40);
         let mut copied = plain.clone();
         let bytes = copied.add_tail_blocks();
         if bytes == 0 {
@@ -212,7 +209,7 @@ mod tests {
         }
         assert!(copied.experts.iter().chain(&copied.shared).all(|e| e.tail.is_some()));
         for rows in [1, 5, 13, 23, 40] {
-            let x = random(rows * h, rows as u64);
+            let x = random(rows * plain.hidden, rows as u64);
             let red = Reduction::Tiled(rows);
             let bits = |m: &Moe| m.forward(red, &x, rows).iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&copied), bits(&plain), "{rows} rows");

@@ -492,6 +492,11 @@ impl<'a> TiledWeights<'a> {
         }
     }
 
+    /// Whether these are `cols` weight rows of `in_dim` (the copy, if any, too).
+    pub(super) fn hold(&self, cols: usize, in_dim: usize) -> bool {
+        self.row_major.len() == cols * in_dim && self.copy.is_none_or(|c| c.hold(cols, in_dim))
+    }
+
     /// What the tail reads its blocks from.
     pub(super) fn tail(&self) -> Rows<'a> {
         self.copy.unwrap_or(Rows::RowMajor(self.row_major))

@@ -77,13 +77,7 @@ pub(super) unsafe fn tiled(
     parts: usize,
     y: &mut [f32],
 ) {
-    assert!(
-        in_dim > 0
-            && x.len() == rows * in_dim
-            && weights.row_major.len() == cols * in_dim
-            && weights.copy.is_none_or(|c| c.hold(cols, in_dim))
-            && y.len() == rows * cols
-    );
+    assert!(in_dim > 0 && x.len() == rows * in_dim && weights.hold(cols, in_dim) && y.len() == rows * cols);
     let parts = parts.clamp(1, in_dim);
     let step = in_dim.div_ceil(parts).max(1);
     let most = if weights.copy.is_some() { TAIL_ROWS_FROM_COPY } else { TAIL_ROWS };
