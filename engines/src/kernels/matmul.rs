@@ -534,7 +534,8 @@ pub fn matmul_with(red: Reduction, x: &[f32], rows: usize, w: &[f32], out_dim: u
 }
 
 /// `matmul_with`, where a `Tiled` reduction's tail reads `tail` (`w` copied at load in its layout) instead of
-/// transposing `w`'s blocks per call: the same bits either way. An `Invariant` reduction ignores it.
+/// transposing `w`'s blocks per call, and its x-lane passes too where that spares reading `w` as well: the same
+/// bits either way. An `Invariant` reduction ignores it.
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_with_tail(
     red: Reduction,

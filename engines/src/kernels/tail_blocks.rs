@@ -4,7 +4,8 @@
 //! A `Tiled` matmul whose last few x rows run over weight lanes (`matmul_avx512::tail_rows`,
 //! `matmul_avx2::tail_rows`) transposes every block of weight rows on every call. An engine that feeds a matrix a
 //! few rows at a time (glm53's MoE experts in a short prefill chunk) builds this copy at load and passes it in
-//! (`matmul_with_tail`), so the tail reads the copy instead: the same operations on the same values, so the same
+//! (`matmul_with_tail`), so the tail reads the copy instead, and the x-lane passes too where that spares reading
+//! the row-major weights as well (`TiledWeights::passes`): the same operations on the same values, so the same
 //! bits, at the cost of a second copy of the matrix.
 
 use rayon::prelude::*;
