@@ -187,12 +187,27 @@ fn dots_rows<const R: usize, const K: usize>(
     }
 }
 
+/// The length of each of a `Tiled` reduction's parts of a `len`-long row split into `parts` (clamped to 1..=len):
+/// the one split `dot_tiled` and every SIMD `Tiled` kernel must share for the same bits.
+pub(super) fn part_len(len: usize, parts: usize) -> usize {
+    len.div_ceil(parts.clamp(1, len.max(1))).max(1)
+}
+
+/// The x rows a SIMD `Tiled` kernel with `lanes` x rows a pass leaves to its tail (over weight lanes): what is
+/// left after the whole passes, when at most `most`; else none (one more pass takes them).
+#[cfg(target_arch = "x86_64")]
+pub(super) fn tail_rows_left(rows: usize, lanes: usize, most: usize) -> usize {
+    match rows % lanes {
+        left @ 1.. if left <= most => left,
+        _ => 0,
+    }
+}
+
 /// A dot product split into `parts` partial sums over contiguous slices, added last-to-first: a different
 /// rounding for every `parts`, as a shape-dependent GPU tiling would give.
 #[inline]
 fn dot_tiled(a: &[f32], b: &[f32], parts: usize) -> f32 {
-    let parts = parts.clamp(1, a.len().max(1));
-    let step = a.len().div_ceil(parts).max(1);
+    let step = part_len(a.len(), parts);
     // the partials summed in reverse without collecting them: this runs once per output element
     a.chunks(step).zip(b.chunks(step)).rev().map(|(x, y)| x.iter().zip(y).map(|(p, q)| p * q).sum::<f32>()).sum()
 }
@@ -201,8 +216,7 @@ fn dot_tiled(a: &[f32], b: &[f32], parts: usize) -> f32 {
 /// same bits); the `N` independent chains only give the CPU instruction-level parallelism.
 #[inline]
 fn dot_tiled_n<const N: usize>(a: &[f32], b: [&[f32]; N], parts: usize) -> [f32; N] {
-    let parts = parts.clamp(1, a.len().max(1));
-    let step = a.len().div_ceil(parts).max(1);
+    let step = part_len(a.len(), parts);
     // -0.0 is the exact identity of f32 addition (what `Sum` starts from)
     let mut total = [-0.0f32; N];
     for start in (0..a.len()).step_by(step).rev() {

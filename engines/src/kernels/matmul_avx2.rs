@@ -7,7 +7,7 @@
 
 use std::arch::x86_64::*;
 
-use super::matmul::{place_lanes, tail_walk, tiled_walk, BlockAsks, Rows, TiledWeights};
+use super::matmul::{part_len, place_lanes, tail_rows_left, tail_walk, tiled_walk, BlockAsks, Rows, TiledWeights};
 
 /// X rows a `tiled` pass holds side by side: one per lane.
 const TILED_LANES: usize = 8;
@@ -39,12 +39,8 @@ pub(super) unsafe fn tiled(
     y: &mut [f32],
 ) {
     assert!(in_dim > 0 && x.len() == rows * in_dim && weights.hold(cols, in_dim) && y.len() == rows * cols);
-    let parts = parts.clamp(1, in_dim);
-    let step = in_dim.div_ceil(parts).max(1);
-    let tail = match rows % TILED_LANES {
-        left @ 1..=TAIL_ROWS => left,
-        _ => 0,
-    };
+    let step = part_len(in_dim, parts);
+    let tail = tail_rows_left(rows, TILED_LANES, TAIL_ROWS);
     let lane_rows = rows - tail;
     let (x_lanes, x_tail) = x.split_at(lane_rows * in_dim);
     let (y_lanes, y_tail) = y.split_at_mut(lane_rows * cols);

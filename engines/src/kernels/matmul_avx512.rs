@@ -4,7 +4,9 @@
 
 use std::arch::x86_64::*;
 
-use super::matmul::{place_lanes, tail_walk, tiled_walk, BlockAsks, Lanes, Rows, TiledWeights, LANES};
+use super::matmul::{
+    part_len, place_lanes, tail_rows_left, tail_walk, tiled_walk, BlockAsks, Lanes, Rows, TiledWeights, LANES,
+};
 
 /// `acc[r][c][l] = Σ_k x[r][k][l] · w[c][k][l]`, each step fused, `k` ascending. Compiled on its own with the
 /// shapes as constants, every accumulator lives in a register (the 4 x 4 step is 8 loads and 16 `vfmadd`, no
@@ -78,13 +80,9 @@ pub(super) unsafe fn tiled(
     y: &mut [f32],
 ) {
     assert!(in_dim > 0 && x.len() == rows * in_dim && weights.hold(cols, in_dim) && y.len() == rows * cols);
-    let parts = parts.clamp(1, in_dim);
-    let step = in_dim.div_ceil(parts).max(1);
+    let step = part_len(in_dim, parts);
     let most = if weights.copy.is_some() { TAIL_ROWS_FROM_COPY } else { TAIL_ROWS };
-    let tail = match rows % TILED_LANES {
-        left @ 1.. if left <= most => left,
-        _ => 0,
-    };
+    let tail = tail_rows_left(rows, TILED_LANES, most);
     let lane_rows = rows - tail;
     let (x_lanes, x_tail) = x.split_at(lane_rows * in_dim);
     let (y_lanes, y_tail) = y.split_at_mut(lane_rows * cols);
