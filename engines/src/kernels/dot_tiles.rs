@@ -135,6 +135,23 @@ mod tests {
             prop_assert_eq!(&simd, &portable);
         }
 
+        /// One row against many tiles of keys (a decode matvec: the AVX-512 kernel reads far-apart runs of tiles
+        /// side by side, and the tiles left over one by one), with lines to prefetch along the way: the portable
+        /// bits for every key.
+        #[test]
+        fn one_row_against_many_tiles_matches_the_portable_dots(
+            chunks in 0usize..4, tiles in 1usize..14, lines in 0usize..40, seed in any::<u64>()
+        ) {
+            let width = chunks * LANES;
+            let (q, b) = (random(width, seed), random(16 * tiles * width, seed ^ 1));
+            let ahead = random(lines * LANES, seed ^ 2);
+            let ks: Vec<&[f32]> = (0..16 * tiles).map(|i| &b[i * width..(i + 1) * width]).collect();
+            let (mut simd, mut portable) = (vec![0.0f32; ks.len()], vec![0.0f32; ks.len()]);
+            dots::<1, 16>([&q], &ks, chunks, [&mut simd], &ahead);
+            dots_portable::<1, 16>([&q], &ks, chunks, [&mut portable]);
+            prop_assert_eq!(simd.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), portable.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        }
+
         /// The AVX2 tiles on their own (a machine with AVX-512 runs those instead, but has AVX2 too), with lines to
         /// prefetch along the way: the portable bits for every tile shape.
         #[cfg(target_arch = "x86_64")]

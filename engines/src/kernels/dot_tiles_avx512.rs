@@ -29,6 +29,10 @@ pub(super) unsafe fn dots<const R: usize, const K: usize>(
     ahead: &[f32],
 ) {
     const { assert!(R * K == 16, "a tile is sixteen pairs") };
+    if R == 1 {
+        // SAFETY: the caller's contract, for the one row
+        return unsafe { dots_one(q[0], keys, chunks, out.into_iter().next().expect("one row"), ahead) };
+    }
     let tiles = keys.len() / K;
     let lines = ahead.len().div_ceil(LANES);
     let mut asked = 0;
@@ -41,33 +45,14 @@ pub(super) unsafe fn dots<const R: usize, const K: usize>(
         // this tile's share of the lines ahead, up to line `(b + 1) · lines / tiles`: one per chunk, the rest after
         let upto = (b + 1) * lines / tiles;
         let mut acc = [_mm512_setzero_ps(); 16];
-        if R == 1 {
-            // One row against the keys (a decode matvec, one query's scores): each key read start to end, one
-            // after the other. A tile's keys are consecutive rows of a matrix, so that is one sequential stream,
-            // which the hardware prefetches far ahead; chunk by chunk across the keys it was sixteen streams of one
-            // short row each (32 lines at 512 wide), and one core read a decode matvec at 13-15 GB/s against 19-27
-            // this way. Each key's lanes are still one chain of fused steps, `c` ascending: the same bits.
-            for (j, p) in kp.iter().enumerate() {
-                // this tile's asks, spread over its keys as they were over its chunks
-                for _ in 0..chunks.div_ceil(K) {
-                    ask(ahead, &mut asked, upto);
-                }
-                let mut a = acc[j];
-                for c in 0..chunks {
-                    a = _mm512_fmadd_ps(load(qp[0], c), load(*p, c), a);
-                }
-                acc[j] = a;
-            }
-        } else {
-            // several rows (R x K = 2 x 8 or 4 x 4): the keys' chunks stay in registers, each row's is loaded once
-            for c in 0..chunks {
-                ask(ahead, &mut asked, upto);
-                let kv: [__m512; K] = std::array::from_fn(|j| load(kp[j], c));
-                for (r, p) in qp.iter().enumerate() {
-                    let qv = load(*p, c);
-                    for (j, kv) in kv.iter().enumerate() {
-                        acc[r * K + j] = _mm512_fmadd_ps(qv, *kv, acc[r * K + j]);
-                    }
+        // several rows (R x K = 2 x 8 or 4 x 4): the keys' chunks stay in registers, each row's is loaded once
+        for c in 0..chunks {
+            ask(ahead, &mut asked, upto);
+            let kv: [__m512; K] = std::array::from_fn(|j| load(kp[j], c));
+            for (r, p) in qp.iter().enumerate() {
+                let qv = load(*p, c);
+                for (j, kv) in kv.iter().enumerate() {
+                    acc[r * K + j] = _mm512_fmadd_ps(qv, *kv, acc[r * K + j]);
                 }
             }
         }
@@ -81,6 +66,90 @@ pub(super) unsafe fn dots<const R: usize, const K: usize>(
             for (r, o) in op.iter().enumerate() {
                 std::ptr::copy_nonoverlapping(s.as_ptr().add(r * K), o.add(b * K), K);
             }
+        }
+    }
+}
+
+/// Far-apart runs of tiles a single row walks side by side: four sequential streams a core. One stream (each
+/// key read start to end, then the next) left the memory system idle: with huge pages a 1 x 4096 x 65536 matvec
+/// read 51 GB/s as one stream a thread, 53 as two and 59-61 as four, eight no faster (56), against 49 for the
+/// limit's xor; in 4 KiB pages 33, 31, 34 and 34.
+const SEGMENTS: usize = 4;
+
+/// `dots::<1, 16>`: one row against the keys (a decode matvec, one query's scores). Each key is read start to end,
+/// one after the other, a sequential stream the hardware prefetches far ahead (chunk by chunk across a tile's keys
+/// it was sixteen streams of one short row each, and one core read a decode matvec at 13-15 GB/s against 19-27
+/// this way). The tiles are cut into [`SEGMENTS`] runs, and tile `b` of every run is read side by side, key by
+/// key: that many streams, far apart. Each key's lanes are still one chain of fused steps, `c` ascending, and each
+/// tile's sums the same lane trees: the same bits in any grouping.
+///
+/// # Safety
+/// As `dots`: AVX-512F; every row holds `chunks · 16` f32s, `out` at least `keys.len()`.
+#[target_feature(enable = "avx512f")]
+unsafe fn dots_one(q: &[f32], keys: &[&[f32]], chunks: usize, out: &mut [f32], ahead: &[f32]) {
+    let tiles = keys.len() / 16;
+    let run = if tiles >= SEGMENTS { tiles / SEGMENTS } else { 0 };
+    let mut walk = Walk { q, keys, chunks, out, ahead, lines: ahead.len().div_ceil(LANES), asked: 0, tiles, done: 0 };
+    for b in 0..run {
+        // SAFETY: the caller's contract; the tiles are inside `keys`
+        unsafe { walk.side_by_side::<SEGMENTS>(std::array::from_fn(|s| s * run + b)) };
+    }
+    for b in SEGMENTS * run..tiles {
+        // SAFETY: as above
+        unsafe { walk.side_by_side::<1>([b]) };
+    }
+    while walk.asked < walk.lines {
+        ask(ahead, &mut walk.asked, walk.lines);
+    }
+}
+
+/// A single row's walk over its keys' tiles, and its lines of `ahead` asked so far.
+struct Walk<'a> {
+    q: &'a [f32],
+    keys: &'a [&'a [f32]],
+    chunks: usize,
+    out: &'a mut [f32],
+    ahead: &'a [f32],
+    lines: usize,
+    asked: usize,
+    tiles: usize,
+    done: usize,
+}
+
+impl Walk<'_> {
+    /// Tiles `at` (of sixteen keys each), their keys `j` side by side, `j` ascending; the asks spread over the
+    /// keys, up to the share of the tiles done.
+    ///
+    /// # Safety
+    /// AVX-512F; every row holds `chunks · 16` f32s; every tile of `at` lies inside `keys`, and `out` holds its
+    /// scores.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn side_by_side<const S: usize>(&mut self, at: [usize; S]) {
+        self.done += S;
+        let upto = self.done * self.lines / self.tiles;
+        let (q, chunks) = (self.q.as_ptr(), self.chunks);
+        // SAFETY (every load below): `c < chunks` and every row holds `chunks` chunks of `LANES` f32s; unaligned
+        let load = |p: *const f32, c: usize| unsafe { _mm512_loadu_ps(p.add(c * LANES)) };
+        // [key][tile]: each key's lane sums in its tile
+        let mut sums = [[_mm512_setzero_ps(); S]; 16];
+        for (j, key_sums) in sums.iter_mut().enumerate() {
+            for _ in 0..S * chunks.div_ceil(16) {
+                ask(self.ahead, &mut self.asked, upto);
+            }
+            let kp: [*const f32; S] = std::array::from_fn(|s| self.keys[16 * at[s] + j].as_ptr());
+            for c in 0..chunks {
+                let qv = load(q, c);
+                for (a, p) in key_sums.iter_mut().zip(kp) {
+                    *a = _mm512_fmadd_ps(qv, load(p, c), *a);
+                }
+            }
+        }
+        while self.asked < upto {
+            ask(self.ahead, &mut self.asked, upto);
+        }
+        for (s, &b) in at.iter().enumerate() {
+            // SAFETY: `out` holds the scores of every key; this tile's at `16 b..16 b + 16`
+            unsafe { _mm512_storeu_ps(self.out.as_mut_ptr().add(16 * b), lane_trees(sums.map(|k| k[s]))) };
         }
     }
 }

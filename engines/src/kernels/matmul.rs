@@ -105,7 +105,8 @@ pub(super) fn block_invariant(x: &[f32], w: &[f32], in_dim: usize, y: &mut [f32]
     let pair = rows % 4 >= 2;
     let single = rows % 2 == 1;
     let passes = quads + usize::from(pair) + usize::from(single);
-    let tile = (TILE_BYTES / (in_dim * 4)).max(16) & !15;
+    // a single row reuses no weights: all of them in one walk (whose tiles the kernel reads far apart, side by side)
+    let tile = if rows == 1 { cols.next_multiple_of(16) } else { (TILE_BYTES / (in_dim * 4)).max(16) & !15 };
     let mut wrows: Vec<&[f32]> = w.chunks_exact(in_dim).collect();
     // whole tiles of weight rows: past the last weight row, repeat it (the extra results are dropped)
     let last = wrows[cols - 1];
