@@ -75,6 +75,11 @@ pub(super) unsafe fn dots<const R: usize, const K: usize>(
 /// read 51 GB/s as one stream a thread, 53 as two and 59-61 as four, eight no faster (56), against 49 for the
 /// limit's xor; in 4 KiB pages 33, 31, 34 and 34.
 const SEGMENTS: usize = 4;
+/// Chunks a key has at least for its tiles to be read as [`SEGMENTS`] runs (rows of 1 KiB): weight rows. One
+/// query's attention scores read short keys at a stride (one kv head's slice of each cached row), where more
+/// streams gained nothing (a decode row's attention at SmolLM2's shapes, one thread: 16.0-16.1 ms one stream,
+/// 16.5 as four).
+const SEGMENTED_CHUNKS: usize = 16;
 
 /// `dots::<1, 16>`: one row against the keys (a decode matvec, one query's scores). Each key is read start to end,
 /// one after the other, a sequential stream the hardware prefetches far ahead (chunk by chunk across a tile's keys
@@ -88,7 +93,7 @@ const SEGMENTS: usize = 4;
 #[target_feature(enable = "avx512f")]
 unsafe fn dots_one(q: &[f32], keys: &[&[f32]], chunks: usize, out: &mut [f32], ahead: &[f32]) {
     let tiles = keys.len() / 16;
-    let run = if tiles >= SEGMENTS { tiles / SEGMENTS } else { 0 };
+    let run = if tiles >= SEGMENTS && chunks >= SEGMENTED_CHUNKS { tiles / SEGMENTS } else { 0 };
     let mut walk = Walk { q, keys, chunks, out, ahead, lines: ahead.len().div_ceil(LANES), asked: 0, tiles, done: 0 };
     for b in 0..run {
         // SAFETY: the caller's contract; the tiles are inside `keys`
