@@ -3,6 +3,7 @@
 //! prefill vs decode. Parallelism goes over output rows/tiles, never inside a reduction.
 
 mod activation;
+mod ask_rows;
 mod attention;
 #[cfg(target_arch = "x86_64")]
 mod attention_avx2;
@@ -41,6 +42,7 @@ mod tail_blocks;
 mod work;
 
 pub use activation::{silu, softmax_in_place, softmax_scaled};
+pub use ask_rows::ask_rows;
 pub use attention::{attend, attend_many, push_dots, softmax_parts, weighted_sum, Scores};
 pub use exp::exp;
 pub use matmul::{dot, matmul, matmul_with, matmul_with_tail, LANES};
