@@ -176,7 +176,11 @@ const SPAN_CHUNKS: usize = 2;
 /// for (`ask_rows`) before they are scored: at SmolLM2's shapes over 2048 positions (30 layers' caches, from DRAM)
 /// a decode row took 8.3-8.8 ms without and 7.9-8.0 with, the GGUF engine's decode at 2048 positions 66.9-85.2
 /// tok/s without and 89.3-93.1 with (two alternations). Asking for a pass-3 task's value columns the same way was
-/// slower (9.6-10.0 ms). Every output is bitwise what that path gives:
+/// slower (9.6-10.0 ms). Where a kernel folds several kv heads at once (`Scores::heads_at_once`), pass 3 takes
+/// runs of kv heads instead of (head, columns) pairs: a run reads its heads' share of each value row at once, where a
+/// (head, columns) task read two lines of each 768-byte row at its stride, which one core read at 7-8 GB/s against
+/// 27 for whole rows. The same decode row: 7.6-8.0 ms by (head, columns), 7.2-7.3 by runs; over 512 positions
+/// 1.39-1.52 against 1.29-1.31 (three alternations). Every output is bitwise what that path gives:
 /// each score is `dot`, and each column is folded over the same values in the same order.
 fn attend_one_row<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: &[P], att: &mut [f32]) {
     let Heads { width: hd, heads, group, scale } = shape;
@@ -227,6 +231,28 @@ fn attend_one_row<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: &[P], att:
     drop(by_head);
     // pass 2
     scores.par_iter_mut().for_each(|sc| softmax_parts(sc, scale));
+    // pass 3, where a kernel folds several kv heads at once: runs of kv heads, a run for every core where the heads
+    // divide so, each run reading its heads' share of a value row at once
+    if let Some(most) = Scores::heads_at_once(group, hd) {
+        let run = kv_heads.div_ceil(rayon::current_num_threads()).clamp(1, most);
+        let runs: Vec<Range<usize>> = (0..kv_heads).step_by(run).map(|g| g..(g + run).min(kv_heads)).collect();
+        let outs: Vec<Vec<f32>> = runs
+            .par_iter()
+            .map(|heads| {
+                let mut out = vec![0.0; heads.len() * group * hd];
+                for (k, part) in parts.iter().enumerate() {
+                    let sc: Vec<&Scores> = heads.clone().map(|g| &scores[g][k]).collect();
+                    let mut rows: Vec<&mut [f32]> = out.chunks_exact_mut(group * hd).collect();
+                    Scores::add_weighted_heads(&sc, |g, p| part.kv(heads.start + g, p).1, &mut rows);
+                }
+                out
+            })
+            .collect();
+        for (heads, out) in runs.iter().zip(&outs) {
+            att[heads.start * group * hd..heads.end * group * hd].copy_from_slice(out);
+        }
+        return;
+    }
     // pass 3: (kv head, columns), the columns past the last whole span with the last span
     let step = SPAN_CHUNKS * LANES;
     let whole = (hd / step).max(1);

@@ -233,6 +233,79 @@ impl Scores {
         self.add_weighted_columns(value, out, 0..width);
     }
 
+    /// How many kv heads `add_weighted_heads` folds at once for `group` queries a head of `width`, or `None` where
+    /// it would fold head by head (no AVX-512, a shape without a kernel).
+    pub fn heads_at_once(group: usize, width: usize) -> Option<usize> {
+        if width == 0 || !width.is_multiple_of(LANES) {
+            return None;
+        }
+        super::attention_tiles::heads_at_once(group, width / LANES)
+    }
+
+    /// `add_weighted` of several kv heads at once: `heads[g]` weighs kv head `g`'s values `value(g, j)` into
+    /// `out[g]` (its queries x width). Where every query of every head sees the same indices and the shape is one
+    /// `heads_at_once` takes, each value row's heads are read together, one pass over rows that hold them side by
+    /// side (a head at a time reads a slice of each row at the row's stride, which memory serves at a third of the
+    /// speed); else head by head. Each head's sums are `add_weighted`'s bits either way.
+    pub fn add_weighted_heads<'a>(
+        heads: &[&Scores],
+        value: impl Fn(usize, usize) -> &'a [f32],
+        out: &mut [&mut [f32]],
+    ) {
+        assert_eq!(heads.len(), out.len(), "attention sums: one output per head");
+        let group = heads.first().map_or(0, |h| h.ranges.len());
+        let width = out.first().map_or(0, |o| o.len() / group.max(1));
+        let same = heads.iter().all(|h| {
+            let r0 = &heads[0].ranges[0];
+            h.ranges.len() == group && h.ranges.iter().all(|r| r == r0) && h.lo == r0.start && h.n == r0.len()
+        }) && out.iter().all(|o| o.len() == group * width);
+        let fits = Scores::heads_at_once(group, width).is_some_and(|most| heads.len() <= most);
+        if !(same && fits) || heads[0].n == 0 {
+            for ((h, o), g) in heads.iter().zip(out.iter_mut()).zip(0..) {
+                h.add_weighted(|j| value(g, j), o);
+            }
+            return;
+        }
+        let (lo, n) = (heads[0].lo, heads[0].n);
+        let pairs = heads.len() * group * n;
+        super::work::count(2 * pairs * width, 0);
+        super::work::count_cache(heads.len() * n, width);
+        // every shape `heads_at_once` names, each compiled with its registers fixed
+        macro_rules! shapes {
+            ($(($g:literal, $q:literal, $c:literal)),*) => {
+                match (heads.len(), group, width / LANES) {
+                    $(($g, $q, $c) => {
+                        let p: [[&[f32]; $q]; $g] =
+                            std::array::from_fn(|g| std::array::from_fn(|q| &heads[g].s[q * n..(q + 1) * n]));
+                        let v: Vec<[&[f32]; $g]> = (lo..lo + n).map(|j| std::array::from_fn(|g| value(g, j))).collect();
+                        let mut outs = out.iter_mut();
+                        let acc: [[&mut [f32]; $q]; $g] = std::array::from_fn(|_| {
+                            let mut rows = outs.next().expect("an output per head").chunks_exact_mut(width);
+                            std::array::from_fn(|_| rows.next().expect("a row per query"))
+                        });
+                        super::attention_tiles::fold_heads::<$g, $q, $c>(p, &v, acc);
+                    })*
+                    _ => unreachable!("heads_at_once names no such shape"),
+                }
+            };
+        }
+        shapes!(
+            (1, 2, 4),
+            (2, 2, 4),
+            (3, 2, 4),
+            (4, 2, 4),
+            (1, 3, 4),
+            (2, 3, 4),
+            (3, 3, 4),
+            (1, 4, 4),
+            (2, 4, 4),
+            (1, 2, 8),
+            (2, 2, 8),
+            (1, 3, 8),
+            (1, 4, 8)
+        );
+    }
+
     /// `add_weighted` for the output columns `cols` only (the other columns of `out` are left as they are):
     /// `cols.start` is a multiple of 16, and `cols.end` too unless it is the row's end. Each column's sums are
     /// independent of the others', so tasks taking different columns together give `add_weighted`'s bits.
@@ -638,6 +711,49 @@ mod tests {
         for hd in [8, 32, 64, 128, 136, 160, 200, 256, 263] {
             let (got, want) = attend_bits(hd, 9, hd as u64);
             assert_eq!(got, want, "head width {hd}");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// `add_weighted_heads` gives every head `add_weighted`'s bits, continuing the sums already in its output:
+        /// for every shape its kernel takes (heads read together), for more heads than it takes at once, for a
+        /// width with a tail and for queries of one head over different indices (each head on its own).
+        #[test]
+        fn heads_at_once_are_each_head_alone(
+            shape in prop::sample::select(vec![
+                (1, 2, 64), (2, 2, 64), (3, 2, 64), (4, 2, 64), (1, 3, 64), (2, 3, 64), (3, 3, 64), (1, 4, 64),
+                (2, 4, 64), (1, 2, 128), (2, 2, 128), (1, 3, 128), (1, 4, 128), (5, 2, 64), (2, 3, 72),
+            ]),
+            keys in 0usize..90, ragged in any::<bool>(), seed in any::<u64>()
+        ) {
+            let (heads, group, width) = shape;
+            let mut r = SplitMix64::new(seed);
+            let mut v = |n: usize| -> Vec<f32> { (0..n).map(|_| r.uniform(1.0)).collect() };
+            let (q, k, vals, start) =
+                (v(heads * group * width), v(heads * keys * width), v(heads * keys * width), v(heads * group * width));
+            // a ragged group: its last query sees one index fewer
+            let ranges: Vec<Range<usize>> =
+                (0..group).map(|j| 0..if ragged && j + 1 == group { keys.saturating_sub(1) } else { keys }).collect();
+            let at = |g: usize, j: usize| (g * keys + j) * width;
+            let scores: Vec<Scores> = (0..heads)
+                .map(|g| {
+                    let qs: Vec<&[f32]> = (0..group).map(|j| &q[(g * group + j) * width..][..width]).collect();
+                    let mut sc = Scores::dots(&qs, &ranges, |j| &k[at(g, j)..][..width]);
+                    sc.softmax(0.3);
+                    sc
+                })
+                .collect();
+            let value = |g: usize, j: usize| &vals[at(g, j)..][..width];
+            let mut want = start.clone();
+            for (g, (sc, o)) in scores.iter().zip(want.chunks_exact_mut(group * width)).enumerate() {
+                sc.add_weighted(|j| value(g, j), o);
+            }
+            let mut got = start;
+            let mut outs: Vec<&mut [f32]> = got.chunks_exact_mut(group * width).collect();
+            let refs: Vec<&Scores> = scores.iter().collect();
+            Scores::add_weighted_heads(&refs, value, &mut outs);
+            prop_assert_eq!(got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), want.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
         }
     }
 

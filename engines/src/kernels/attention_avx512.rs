@@ -45,3 +45,45 @@ pub(super) unsafe fn weighted<const Q: usize, const C: usize>(
         }
     }
 }
+
+/// `weighted` for `G` kv heads at once: head `g`'s `Q` queries (weights `p[g]`) over its value rows `v[j][g]`,
+/// `C` chunks wide, continuing the sums in `acc[g]`. Each step takes every head's slice of value row `j`, so a
+/// cached row holding the heads side by side is read once, start to end; each sum is still its query's own chain of
+/// fused steps in value order: `weighted`'s bits for every head.
+///
+/// # Safety
+/// The CPU has AVX-512F; every `p[g][q]` holds at least `v.len()` weights, and every value slice and every
+/// `acc[g][q]` at least `C · 16` f32s.
+#[target_feature(enable = "avx512f")]
+#[inline(never)]
+pub(super) unsafe fn weighted_heads<const G: usize, const Q: usize, const C: usize>(
+    p: [[&[f32]; Q]; G],
+    v: &[[&[f32]; G]],
+    acc: [[&mut [f32]; Q]; G],
+) {
+    let pp = p.map(|h| h.map(<[f32]>::as_ptr));
+    let op = acc.map(|h| h.map(|a| a.as_mut_ptr()));
+    // SAFETY (every access below): the caller's contract; unaligned loads and stores
+    let mut a: [[[__m512; C]; Q]; G] = std::array::from_fn(|g| {
+        std::array::from_fn(|q| std::array::from_fn(|c| unsafe { _mm512_loadu_ps(op[g][q].add(c * LANES)) }))
+    });
+    for (j, row) in v.iter().enumerate() {
+        for ((ag, vg), pg) in a.iter_mut().zip(row).zip(&pp) {
+            let vp = vg.as_ptr();
+            let vv: [__m512; C] = std::array::from_fn(|c| unsafe { _mm512_loadu_ps(vp.add(c * LANES)) });
+            for (aq, w) in ag.iter_mut().zip(pg) {
+                let wj = _mm512_set1_ps(unsafe { *w.add(j) });
+                for (ac, vc) in aq.iter_mut().zip(&vv) {
+                    *ac = _mm512_fmadd_ps(wj, *vc, *ac);
+                }
+            }
+        }
+    }
+    for (og, ag) in op.iter().zip(&a) {
+        for (o, aq) in og.iter().zip(ag) {
+            for (c, ac) in aq.iter().enumerate() {
+                unsafe { _mm512_storeu_ps(o.add(c * LANES), *ac) };
+            }
+        }
+    }
+}

@@ -26,6 +26,47 @@ pub(super) fn fold<const Q: usize, const C: usize>(p: [&[f32]; Q], v: &[&[f32]],
     fold_portable::<Q, C>(p, v, at, acc)
 }
 
+/// The most kv heads `fold_heads` takes at once for `group` queries a head over `chunks` chunks (the head's
+/// width), or `None` where it takes none: no AVX-512, or a shape it is not built for. Its sums are registers held
+/// over every value, so the heads' sums together stay within thirty-six (some spill: still one pass).
+pub(super) fn heads_at_once(group: usize, chunks: usize) -> Option<usize> {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        return match (group, chunks) {
+            (2, 4) => Some(4),
+            (3, 4) => Some(3),
+            (4, 4) | (2, 8) => Some(2),
+            (3, 8) | (4, 8) => Some(1),
+            _ => None,
+        };
+    }
+    let _ = (group, chunks);
+    None
+}
+
+/// `fold` of `G` kv heads at once, each the whole head width of `C` chunks: `acc[g][q] += Σⱼ p[g][q][j] · v[j][g]`,
+/// value by value in order, so a cached row holding the heads side by side is read once. Only for the shapes
+/// `heads_at_once` names (it asserts that).
+pub(super) fn fold_heads<const G: usize, const Q: usize, const C: usize>(
+    p: [[&[f32]; Q]; G],
+    v: &[[&[f32]; G]],
+    acc: [[&mut [f32]; Q]; G],
+) {
+    let end = C * LANES;
+    assert!(heads_at_once(Q, C).is_some_and(|most| G <= most), "attention fold: {G} heads of {Q} x {C} at once");
+    assert!(p.iter().flatten().all(|w| w.len() >= v.len()), "attention fold: fewer weights than values");
+    assert!(
+        v.iter().flatten().all(|r| r.len() >= end) && acc.iter().flatten().all(|a| a.len() >= end),
+        "attention fold: short row"
+    );
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the CPU has AVX-512F (`heads_at_once`, asserted); weights, value rows and outputs are long enough
+    #[allow(unsafe_code)]
+    unsafe {
+        super::attention_avx512::weighted_heads::<G, Q, C>(p, v, acc)
+    };
+}
+
 /// The portable `fold`.
 pub(super) fn fold_portable<const Q: usize, const C: usize>(
     p: [&[f32]; Q],
