@@ -231,8 +231,8 @@ fn attend_one_row<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: &[P], att:
     drop(by_head);
     // pass 2
     scores.par_iter_mut().for_each(|sc| softmax_parts(sc, scale));
-    // pass 3, where a kernel folds several kv heads at once: runs of kv heads, a run for every core where the heads
-    // divide so, each run reading its heads' share of a value row at once
+    // pass 3, where a kernel folds several kv heads at once: runs of consecutive kv heads, about one run a core
+    // (at most what the kernel takes), each run reading its heads' share of a value row at once
     if let Some(most) = Scores::heads_at_once(group, hd) {
         let run = kv_heads.div_ceil(rayon::current_num_threads()).clamp(1, most);
         let runs: Vec<Range<usize>> = (0..kv_heads).step_by(run).map(|g| g..(g + run).min(kv_heads)).collect();

@@ -255,12 +255,14 @@ impl Scores {
         assert_eq!(heads.len(), out.len(), "attention sums: one output per head");
         let group = heads.first().map_or(0, |h| h.ranges.len());
         let width = out.first().map_or(0, |o| o.len() / group.max(1));
-        let same = heads.iter().all(|h| {
-            let r0 = &heads[0].ranges[0];
-            h.ranges.len() == group && h.ranges.iter().all(|r| r == r0) && h.lo == r0.start && h.n == r0.len()
-        }) && out.iter().all(|o| o.len() == group * width);
+        // a shape the kernel takes has two or more queries a head, so `ranges[0]` exists below
         let fits = Scores::heads_at_once(group, width).is_some_and(|most| heads.len() <= most);
-        if !(same && fits) || heads[0].n == 0 {
+        let same =
+            fits && heads.iter().all(|h| {
+                let r0 = &heads[0].ranges[0];
+                h.ranges.len() == group && h.ranges.iter().all(|r| r == r0) && h.lo == r0.start && h.n == r0.len()
+            }) && out.iter().all(|o| o.len() == group * width);
+        if !same || heads[0].n == 0 {
             for ((h, o), g) in heads.iter().zip(out.iter_mut()).zip(0..) {
                 h.add_weighted(|j| value(g, j), o);
             }

@@ -71,9 +71,9 @@ pub(super) unsafe fn dots<const R: usize, const K: usize>(
 }
 
 /// Far-apart runs of tiles a single row walks side by side: four sequential streams a core. One stream (each
-/// key read start to end, then the next) left the memory system idle: with huge pages a 1 x 4096 x 65536 matvec
-/// read 51 GB/s as one stream a thread, 53 as two and 59-61 as four, eight no faster (56), against 49 for the
-/// limit's xor; in 4 KiB pages 33, 31, 34 and 34.
+/// key read start to end, then the next) left the memory system idle whenever it could give more: in a stretch
+/// where the limit's xor read 49 GB/s, a 1 x 4096 x 65536 matvec read 51 GB/s as one stream a thread, 53 as two
+/// and 59-61 as four, eight no faster (56); where the xor read about 35, 33, 31, 34 and 34.
 const SEGMENTS: usize = 4;
 /// Chunks a key has at least for its tiles to be read as [`SEGMENTS`] runs (rows of 1 KiB): weight rows. One
 /// query's attention scores read short keys at a stride (one kv head's slice of each cached row), where more
