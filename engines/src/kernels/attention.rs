@@ -113,6 +113,9 @@ impl Scores {
         let heads = queries.len() / group.max(1);
         assert_eq!(heads * group, queries.len(), "attention scores: queries are not whole groups");
         let width = queries.first().map_or(0, |q| q.len());
+        if Scores::heads_at_once(group, width).is_some_and(|most| heads <= most) && !range.is_empty() {
+            return Scores::dots_of_heads_at_once(queries, group, range, key);
+        }
         if group != 3 || !takes_dots_three(width, &range) {
             let ranges = vec![range.clone(); group];
             return (0..heads)
@@ -121,6 +124,61 @@ impl Scores {
         }
         let keys: Vec<Vec<&[f32]>> = (0..heads).map(|g| range.clone().map(|p| key(g, p)).collect()).collect();
         Scores::dots_three_of_heads(queries, range, &keys)
+    }
+
+    /// `dots_of_heads` where `heads_at_once` takes the shape: every head's queries against a cached row's heads at
+    /// once (`dot_tiles::dots_heads`), so rows holding the heads side by side are read once, start to end; the keys
+    /// past the last tile of sixteen by `dot`. Each score is `dot`'s bits.
+    fn dots_of_heads_at_once<'a>(
+        queries: &[&[f32]],
+        group: usize,
+        range: Range<usize>,
+        key: impl Fn(usize, usize) -> &'a [f32],
+    ) -> Vec<Scores> {
+        let heads = queries.len() / group;
+        let width = queries[0].len();
+        assert!(queries.iter().all(|q| q.len() == width), "attention scores: queries of different widths");
+        let n = range.len();
+        let whole = n / 16 * 16;
+        super::work::count(2 * queries.len() * n * width, 0);
+        super::work::count_cache(heads * n, width);
+        let mut out: Vec<Scores> = (0..heads)
+            .map(|_| Scores { ranges: vec![range.clone(); group], lo: range.start, n, s: spare_buffer(group * n) })
+            .collect();
+        // every shape `heads_at_once` names, each compiled with its registers fixed
+        macro_rules! shapes {
+            ($(($g:literal, $q:literal, $c:literal)),*) => {
+                match (heads, group, width / LANES) {
+                    $(($g, $q, $c) => {
+                        let q: [[&[f32]; $q]; $g] =
+                            std::array::from_fn(|g| std::array::from_fn(|j| queries[g * group + j]));
+                        let keys: Vec<[&[f32]; $g]> =
+                            range.clone().take(whole).map(|p| std::array::from_fn(|g| key(g, p))).collect();
+                        assert!(
+                            keys.iter().flatten().all(|k| k.len() == width),
+                            "attention scores: a key is not as wide as the queries"
+                        );
+                        let mut outs = out.iter_mut();
+                        let o: [[&mut [f32]; $q]; $g] = std::array::from_fn(|_| {
+                            let mut rows = outs.next().expect("scores per head").s.chunks_exact_mut(n);
+                            std::array::from_fn(|_| &mut rows.next().expect("a row per query")[..whole])
+                        });
+                        super::dot_tiles::dots_heads::<$g, $q, $c>(q, &keys, o);
+                    })*
+                    _ => unreachable!("heads_at_once names no such shape"),
+                }
+            };
+        }
+        super::attention_tiles::heads_shapes!(shapes);
+        for (g, sc) in out.iter_mut().enumerate() {
+            for (j, row) in sc.s.chunks_exact_mut(n).enumerate() {
+                let q = queries[g * group + j];
+                for (x, p) in row[whole..].iter_mut().zip(range.start + whole..range.end) {
+                    *x = dot(q, key(g, p));
+                }
+            }
+        }
+        out
     }
 
     /// `dots_of_heads` on `dots_three` (only where `takes_dots_three`): three queries per kv head, `keys[g]` kv
@@ -291,21 +349,7 @@ impl Scores {
                 }
             };
         }
-        shapes!(
-            (1, 2, 4),
-            (2, 2, 4),
-            (3, 2, 4),
-            (4, 2, 4),
-            (1, 3, 4),
-            (2, 3, 4),
-            (3, 3, 4),
-            (1, 4, 4),
-            (2, 4, 4),
-            (1, 2, 8),
-            (2, 2, 8),
-            (1, 3, 8),
-            (1, 4, 8)
-        );
+        super::attention_tiles::heads_shapes!(shapes);
     }
 
     /// `add_weighted` for the output columns `cols` only (the other columns of `out` are left as they are):
@@ -781,14 +825,15 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(64))]
         /// `Scores::dots_of_heads`, and `Scores::dots` of each head alone, give each kv head's queries `dot`'s bits
         /// for every key: heads whose keys lie side by side in one row (as in the cache), groups of three (the path
-        /// that takes the heads' keys together, and `dots`' route for three queries over one range) and not,
-        /// widths of whole chunks, with a tail and under one chunk, an odd number of keys, none.
+        /// that takes the heads' keys together, and `dots`' route for three queries over one range) and not, the
+        /// shapes whose heads are scored a row at a time (`heads_at_once`) and more heads than those take, widths of
+        /// whole chunks, with a tail and under one chunk, keys past the last tile of sixteen, none.
         #[test]
         fn dots_of_heads_is_dots_per_head(
-            heads in 1usize..4,
+            heads in 1usize..5,
             group in prop_oneof![Just(3usize), 1usize..5],
-            hd in prop_oneof![Just(64usize), Just(16), 1usize..100],
-            keys in 0usize..40,
+            hd in prop_oneof![Just(64usize), Just(128), Just(16), 1usize..100],
+            keys in 0usize..70,
             start in 0usize..5,
             seed in any::<u64>(),
         ) {

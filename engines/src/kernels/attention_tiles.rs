@@ -44,6 +44,29 @@ pub(super) fn heads_at_once(group: usize, chunks: usize) -> Option<usize> {
     None
 }
 
+/// Calls the macro `$m` with every (kv heads, queries a head, chunks) shape `heads_at_once` takes, for the callers
+/// that compile a kernel per shape.
+macro_rules! heads_shapes {
+    ($m:ident) => {
+        $m!(
+            (1, 2, 4),
+            (2, 2, 4),
+            (3, 2, 4),
+            (4, 2, 4),
+            (1, 3, 4),
+            (2, 3, 4),
+            (3, 3, 4),
+            (1, 4, 4),
+            (2, 4, 4),
+            (1, 2, 8),
+            (2, 2, 8),
+            (1, 3, 8),
+            (1, 4, 8)
+        )
+    };
+}
+pub(super) use heads_shapes;
+
 /// `fold` of `G` kv heads at once, each the whole head width of `C` chunks: `acc[g][q] += Σⱼ p[g][q][j] · v[j][g]`,
 /// value by value in order, so a cached row holding the heads side by side is read once. Only for the shapes
 /// `heads_at_once` names (it asserts that).

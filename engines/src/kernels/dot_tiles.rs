@@ -34,6 +34,34 @@ pub(super) fn dots<const R: usize, const K: usize>(
     dots_portable::<R, K>(q, keys, chunks, out)
 }
 
+/// `dots` of `G` kv heads' queries (`Q` a head) over the same keys, a cached row's heads at a time
+/// (`dot_tiles_avx512::dots_heads`): `out[g][q][j] = dot(q[g][q], keys[j][g])` over `C` whole chunks (the tree
+/// included; the rows have no tail). Only for the shapes `attention_tiles::heads_at_once` takes (it asserts that);
+/// `keys.len()` is a multiple of 16.
+pub(super) fn dots_heads<const G: usize, const Q: usize, const C: usize>(
+    q: [[&[f32]; Q]; G],
+    keys: &[[&[f32]; G]],
+    out: [[&mut [f32]; Q]; G],
+) {
+    let n = C * LANES;
+    assert!(
+        super::attention_tiles::heads_at_once(Q, C).is_some_and(|most| G <= most),
+        "attention tile: {G} heads of {Q} x {C} at once"
+    );
+    assert!(keys.len().is_multiple_of(16), "attention tile: keys are not whole tiles");
+    assert!(
+        q.iter().flatten().chain(keys.iter().flatten()).all(|r| r.len() >= n),
+        "attention tile: a row is shorter than its chunks"
+    );
+    assert!(out.iter().flatten().all(|o| o.len() >= keys.len()), "attention tile: fewer scores than keys");
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the CPU has AVX-512F (`heads_at_once`, asserted); rows and score rows are long enough (asserted)
+    #[allow(unsafe_code)]
+    unsafe {
+        super::dot_tiles_avx512::dots_heads::<G, Q, C>(q, keys, out)
+    };
+}
+
 /// Whether `dots_three` reads each key once: on AVX2 without AVX-512. Elsewhere three rows take a 2 x 8 tile and a
 /// 1 x 16 one (AVX-512 holds a whole pair's lanes in one register: its tiles read a key once per pass already).
 #[inline]

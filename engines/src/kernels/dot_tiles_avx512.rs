@@ -184,3 +184,46 @@ fn lane_trees(a: [__m512; 16]) -> __m512 {
     let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     _mm512_permutexvar_ps(order, s)
 }
+
+/// The scores of `G` kv heads' queries (`Q` a head, `C` chunks wide: no tail) over the same keys, a cached row at a
+/// time: `out[g][q][j] = dot(q[g][q], keys[j][g])` for whole tiles of sixteen keys. Each step takes every head's
+/// slice of key row `j`, so rows holding the heads side by side are read once, start to end. A pair's lanes are one
+/// chain of fused steps, `c` ascending, and sixteen keys' sums go through `lane_trees`: the bits of `dots`.
+///
+/// # Safety
+/// The CPU has AVX-512F; every query and key slice holds at least `C · 16` f32s; `keys.len()` is a multiple of 16
+/// and every `out[g][q]` holds at least `keys.len()` scores.
+#[target_feature(enable = "avx512f")]
+#[inline(never)]
+pub(super) unsafe fn dots_heads<const G: usize, const Q: usize, const C: usize>(
+    q: [[&[f32]; Q]; G],
+    keys: &[[&[f32]; G]],
+    out: [[&mut [f32]; Q]; G],
+) {
+    let qp = q.map(|h| h.map(<[f32]>::as_ptr));
+    let op = out.map(|h| h.map(|o| o.as_mut_ptr()));
+    // SAFETY (every load below): `c < C` and every query and key slice holds `C` chunks; unaligned loads
+    let load = |p: *const f32, c: usize| unsafe { _mm512_loadu_ps(p.add(c * LANES)) };
+    // [head][query][key of the tile]: each pair's lane sums, until the tile's lane trees
+    let mut sums = [[[_mm512_setzero_ps(); 16]; Q]; G];
+    for (t, tile) in keys.chunks_exact(16).enumerate() {
+        for (j, row) in tile.iter().enumerate() {
+            for ((head, key), queries) in sums.iter_mut().zip(row).zip(&qp) {
+                let kv: [__m512; C] = std::array::from_fn(|c| load(key.as_ptr(), c));
+                for (pair, query) in head.iter_mut().zip(queries) {
+                    let mut a = _mm512_setzero_ps();
+                    for (c, k) in kv.iter().enumerate() {
+                        a = _mm512_fmadd_ps(load(*query, c), *k, a);
+                    }
+                    pair[j] = a;
+                }
+            }
+        }
+        for (head, outs) in sums.iter().zip(&op) {
+            for (pairs, o) in head.iter().zip(outs) {
+                // SAFETY: `out[g][q]` holds a score for every key; this tile's at `16 t..16 t + 16`
+                unsafe { _mm512_storeu_ps(o.add(16 * t), lane_trees(*pairs)) };
+            }
+        }
+    }
+}
