@@ -103,7 +103,8 @@ impl Scores {
     /// per kv head, in head order, and `key(g, p)` is kv head `g`'s key at index `p`; one `Scores` per kv head,
     /// bitwise `dots` of its queries. With three queries a head on AVX2 (a decode step of a model with GQA groups of
     /// three) the heads take each pair of indices in turn (`dots_three`): their keys lie side by side in a cached
-    /// row, so the rows are read in address order.
+    /// row, so the rows are read in address order. Where `heads_at_once` takes the shape (AVX-512) every head's
+    /// queries meet a key row's heads at once, for the same reason.
     pub fn dots_of_heads<'a>(
         queries: &[&[f32]],
         group: usize,
@@ -174,7 +175,9 @@ impl Scores {
             for (j, row) in sc.s.chunks_exact_mut(n).enumerate() {
                 let q = queries[g * group + j];
                 for (x, p) in row[whole..].iter_mut().zip(range.start + whole..range.end) {
-                    *x = dot(q, key(g, p));
+                    let k = key(g, p);
+                    assert_eq!(k.len(), width, "attention scores: a key is not as wide as the queries");
+                    *x = dot(q, k);
                 }
             }
         }
