@@ -89,8 +89,7 @@ impl Model {
                 kv.v.put(b.pos0 + i, &v[i * kvd..(i + 1) * kvd], meta);
             }
             let cache = &*kv;
-            let kv_of =
-                |g: usize, p: usize| (&cache.k.get(p)[g * hd..(g + 1) * hd], &cache.v.get(p)[g * hd..(g + 1) * hd]);
+            let kv_of = |g: usize, p: usize| (cache.k.get(g, p), cache.v.get(g, p));
             attend_rows(&q, (&dims).into(), |i| 0..b.pos0 + i + 1, kv_of, &mut att);
             qmatmul(&att, s, &layer.wo, &mut o);
             x.iter_mut().zip(&o).for_each(|(a, d)| *a += d);

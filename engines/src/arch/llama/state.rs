@@ -1,17 +1,18 @@
-//! The layers of one llama slot: a full k/v cache per layer, position t at row t, every row carrying the
-//! position and the writer that filled it.
+//! The layers of one llama slot: a full k/v cache per layer, stored kv head by kv head (`HeadMajorCache`: a long
+//! decode step reads each head's rows as one run), position t at row t, every row carrying the position and the
+//! writer that filled it.
 
 use super::model::Config;
-use crate::cache::FullCache;
+use crate::cache::HeadMajorCache;
 use crate::dump::DumpTensor;
 use crate::engine_loop::Layers;
 use crate::fault::Fault;
 
-/// k and v of one layer: `capacity` rows of `kv_heads · head_dim` (k after RoPE).
+/// k and v of one layer: `capacity` rows of `head_dim` per kv head (k after RoPE).
 #[derive(Debug, Clone)]
 pub struct LayerKv {
-    pub k: FullCache,
-    pub v: FullCache,
+    pub k: HeadMajorCache,
+    pub v: HeadMajorCache,
 }
 
 #[derive(Debug, Clone)]
@@ -21,19 +22,17 @@ pub struct State {
 
 impl State {
     pub fn new(c: &Config) -> Self {
-        let kvd = c.kv_heads * c.head_dim;
-        let cap = c.initial_capacity;
-        State {
-            kv: (0..c.layers).map(|_| LayerKv { k: FullCache::new(cap, kvd), v: FullCache::new(cap, kvd) }).collect(),
-        }
+        let (cap, heads, hd) = (c.initial_capacity, c.kv_heads, c.head_dim);
+        let cache = || HeadMajorCache::new(cap, heads, hd);
+        State { kv: (0..c.layers).map(|_| LayerKv { k: cache(), v: cache() }).collect() }
     }
 }
 
 impl Layers for State {
     fn reset(&mut self) {
         for l in &mut self.kv {
-            l.k.rows.forget();
-            l.v.rows.forget();
+            l.k.forget();
+            l.v.forget();
         }
     }
 
@@ -46,7 +45,7 @@ impl Layers for State {
     }
 
     fn bytes(&self) -> usize {
-        self.kv.iter().map(|l| l.k.rows.bytes() + l.v.rows.bytes()).sum()
+        self.kv.iter().map(|l| l.k.bytes() + l.v.bytes()).sum()
     }
 
     fn dump(&self) -> Vec<DumpTensor> {
