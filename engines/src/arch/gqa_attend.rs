@@ -182,7 +182,10 @@ const SPAN_CHUNKS: usize = 2;
 /// 27 for whole rows. The same decode row: 7.6-8.0 ms by (head, columns), 7.2-7.3 by runs; over 512 positions
 /// 1.39-1.52 against 1.29-1.31 (three alternations). Pass 1 on those shapes scores every kv head a key row at a
 /// time too (`Scores::dots_of_heads`): over 2048 positions 7.2-7.3 → 6.1-6.2 ms, over 512 1.11-1.16 → 1.07-1.13
-/// (three alternations). Every output is bitwise what that path gives:
+/// (three alternations). Where the kv heads are stored one after another (`HeadMajorCache`), pass 3 takes even runs
+/// of 16-column chunks instead, one a core, a run crossing heads (`Scores::add_weighted_units`): the same decode row
+/// over a head-by-head cache took 5.2 ms by runs of whole heads (two and one), 4.6-4.7 by even runs (two
+/// alternations). Every output is bitwise what that path gives:
 /// each score is `dot`, and each column is folded over the same values in the same order.
 fn attend_one_row<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: &[P], att: &mut [f32]) {
     let Heads { width: hd, heads, group, scale } = shape;
@@ -234,10 +237,46 @@ fn attend_one_row<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: &[P], att:
     drop(by_head);
     // pass 2
     scores.par_iter_mut().for_each(|sc| softmax_parts(sc, scale));
+    // pass 3, where the kv heads' values are not side by side (a cache stored head by head), a kernel folds a run of
+    // output columns at once and each core's even share of the heads' columns fits one run: one run a core, a run
+    // crossing heads where the kv heads do not divide among the cores. Where they are side by side, a core taking
+    // part of a head would read part of each row at its stride, slower than the uneven runs of whole heads below
+    // (a decode row of SmolLM2's shapes over 2048 positions: 6.7 ms against 6.3)
+    let threads = rayon::current_num_threads();
+    let units = Scores::units_at_once(group, hd).filter(|_| !heads_side_by_side(parts, kv_heads, hd));
+    if let Some(most) = units {
+        let chunks = hd / LANES;
+        let total = kv_heads * chunks;
+        let per = total.div_ceil(threads);
+        if per <= most {
+            let runs: Vec<Range<usize>> = (0..total).step_by(per.max(1)).map(|u| u..(u + per).min(total)).collect();
+            let outs: Vec<Vec<f32>> = runs
+                .par_iter()
+                .map(|units| {
+                    let mut out = vec![0.0; heads * hd];
+                    for (k, part) in parts.iter().enumerate() {
+                        let sc: Vec<&Scores> = scores.iter().map(|head| &head[k]).collect();
+                        Scores::add_weighted_units(&sc, units.clone(), |g, p| part.kv(g, p).1, &mut out);
+                    }
+                    out
+                })
+                .collect();
+            for (units, out) in runs.iter().zip(&outs) {
+                for u in units.clone() {
+                    let (g, c) = (u / chunks, u % chunks);
+                    for j in 0..group {
+                        let at = (g * group + j) * hd + c * LANES;
+                        att[at..at + LANES].copy_from_slice(&out[at..at + LANES]);
+                    }
+                }
+            }
+            return;
+        }
+    }
     // pass 3, where a kernel folds several kv heads at once: runs of consecutive kv heads, about one run a core
     // (at most what the kernel takes), each run reading its heads' share of a value row at once
     if let Some(most) = Scores::heads_at_once(group, hd) {
-        let run = kv_heads.div_ceil(rayon::current_num_threads()).clamp(1, most);
+        let run = kv_heads.div_ceil(threads).clamp(1, most);
         let runs: Vec<Range<usize>> = (0..kv_heads).step_by(run).map(|g| g..(g + run).min(kv_heads)).collect();
         let outs: Vec<Vec<f32>> = runs
             .par_iter()
@@ -281,6 +320,15 @@ fn attend_one_row<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: &[P], att:
     }
 }
 
+/// Whether a position's kv heads lie side by side in one row (head `g + 1`'s values right after head `g`'s), judged
+/// at the first position a part holds; `true` with a single kv head or no position at all.
+fn heads_side_by_side<'a, P: KeyPart<'a>>(parts: &[P], kv_heads: usize, hd: usize) -> bool {
+    let Some((part, p)) = parts.iter().find_map(|part| part.visible(0).next().map(|p| (part, p))) else {
+        return true;
+    };
+    (1..kv_heads).all(|g| part.kv(g, p).1.as_ptr() == part.kv(g - 1, p).1.as_ptr().wrapping_add(hd))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,7 +338,7 @@ mod tests {
     /// Every (row, head) output of `attend_rows` is bitwise `attend` of that query alone over its row's range and
     /// its kv head's rows: across row blocks (more rows than one task takes), every head of a group, sliding
     /// windows, a segment small enough to stay on the calling thread, and single rows (decode steps) split over
-    /// key blocks and output columns.
+    /// key blocks and output columns; each with the kv heads of a position side by side and stored head by head.
     #[test]
     fn every_query_gets_what_it_gets_alone() {
         let mut r = SplitMix64::new(7);
@@ -299,9 +347,11 @@ mod tests {
             (3, 6, 3, 16, usize::MAX, 0),
             (37, 8, 8, 24, 9, 11),
             (1, 2, 1, 64, 4, 30),
-            // decode steps long enough to split over key blocks and output columns: three kv heads, a width
-            // with a tail past its last whole chunk and a window that starts past 0, a width under one chunk
+            // decode steps long enough to split over key blocks and output columns: three kv heads and five (runs
+            // of columns crossing heads where stored head by head), a width with a tail past its last whole chunk
+            // and a window that starts past 0, a width under one chunk
             (1, 9, 3, 64, usize::MAX, 2047),
+            (1, 10, 2, 32, usize::MAX, 1500),
             (1, 4, 2, 72, 700, 900),
             (1, 8, 8, 8, usize::MAX, 2100),
         ] {
@@ -311,19 +361,24 @@ mod tests {
             let mut v = |n: usize| -> Vec<f32> { (0..n).map(|_| r.uniform(1.0)).collect() };
             let (q, k, vals) = (v(rows * qd), v(positions * kvd), v(positions * kvd));
             let visible = |i: usize| (pos0 + i + 1).saturating_sub(window)..pos0 + i + 1;
-            let kv = |g: usize, p: usize| (&k[p * kvd + g * hd..][..hd], &vals[p * kvd + g * hd..][..hd]);
-            let mut att = vec![f32::NAN; rows * qd];
-            attend_rows(&q, shape, visible, kv, &mut att);
-            for i in 0..rows {
-                for h in 0..heads {
-                    let mut want = vec![0.0; hd];
-                    let qh = &q[i * qd + h * hd..][..hd];
-                    attend(qh, visible(i).map(|p| kv(h / group, p)), 0.3, &mut Vec::new(), &mut want);
-                    let got = &att[i * qd + h * hd..][..hd];
-                    assert!(
-                        got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
-                        "{rows} rows x {heads} heads (group {group}): row {i} head {h}"
-                    );
+            // the kv heads of a position side by side in one row, or stored head by head (each head's rows in
+            // one run, as `HeadMajorCache` keeps them)
+            for head_major in [false, true] {
+                let at = |g: usize, p: usize| if head_major { (g * positions + p) * hd } else { p * kvd + g * hd };
+                let kv = |g: usize, p: usize| (&k[at(g, p)..][..hd], &vals[at(g, p)..][..hd]);
+                let mut att = vec![f32::NAN; rows * qd];
+                attend_rows(&q, shape, visible, kv, &mut att);
+                for i in 0..rows {
+                    for h in 0..heads {
+                        let mut want = vec![0.0; hd];
+                        let qh = &q[i * qd + h * hd..][..hd];
+                        attend(qh, visible(i).map(|p| kv(h / group, p)), 0.3, &mut Vec::new(), &mut want);
+                        let got = &att[i * qd + h * hd..][..hd];
+                        assert!(
+                            got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{rows} rows x {heads} heads (group {group}, head major {head_major}): row {i} head {h}"
+                        );
+                    }
                 }
             }
         }

@@ -355,6 +355,82 @@ impl Scores {
         super::attention_tiles::heads_shapes!(shapes);
     }
 
+    /// How many chunks of sixteen output columns `add_weighted_units` folds at once for `group` queries a head of
+    /// `width`, or `None` where it has no kernel for the shape (no AVX-512, a width that is not whole chunks).
+    pub fn units_at_once(group: usize, width: usize) -> Option<usize> {
+        if width == 0 || !width.is_multiple_of(LANES) {
+            return None;
+        }
+        super::attention_tiles::units_at_once(group)
+    }
+
+    /// `add_weighted_heads` for a run of output columns only: the chunks of sixteen columns `units` counted over
+    /// the heads in order (unit `u` is chunk `u % chunks` of head `u / chunks`, `chunks` the head's width over
+    /// sixteen), the other columns of `out` left as they are. `out` is every head's queries x width, head by head.
+    /// Tasks taking different runs together give `add_weighted`'s bits, and a run may cross heads, so every core
+    /// can take an even share of a cached row's columns however many kv heads there are. Where every query of the
+    /// heads the run touches sees the same indices and `units_at_once` takes the run, the run's share of each value
+    /// row is read at once; else head by head (`add_weighted_columns`).
+    pub fn add_weighted_units<'a>(
+        heads: &[&Scores],
+        units: Range<usize>,
+        value: impl Fn(usize, usize) -> &'a [f32],
+        out: &mut [f32],
+    ) {
+        let group = heads.first().map_or(0, |h| h.ranges.len());
+        let width = out.len() / (heads.len() * group).max(1);
+        assert_eq!(out.len(), heads.len() * group * width, "attention sums: out is not heads x queries x width");
+        assert!(width.is_multiple_of(LANES), "attention sums: a {width}-wide head is not whole chunks");
+        let chunks = width / LANES;
+        assert!(units.end <= heads.len() * chunks, "attention sums: units {units:?} past {} heads", heads.len());
+        if units.is_empty() {
+            return;
+        }
+        let touched = &heads[units.start / chunks..=(units.end - 1) / chunks];
+        let r0 = &touched[0].ranges[0];
+        let same = touched.iter().all(|h| {
+            h.ranges.len() == group && h.ranges.iter().all(|r| r == r0) && h.lo == r0.start && h.n == r0.len()
+        });
+        let fits = Scores::units_at_once(group, width).is_some_and(|most| units.len() <= most);
+        if !same || !fits || r0.is_empty() {
+            for g in units.start / chunks..=(units.end - 1) / chunks {
+                let cols = units.start.max(g * chunks) - g * chunks..units.end.min((g + 1) * chunks) - g * chunks;
+                let o = &mut out[g * group * width..(g + 1) * group * width];
+                heads[g].add_weighted_columns(|j| value(g, j), o, cols.start * LANES..cols.end * LANES);
+            }
+            return;
+        }
+        let (lo, n) = (r0.start, r0.len());
+        super::work::count(2 * group * n * units.len() * LANES, 0);
+        super::work::count_cache(n, units.len() * LANES);
+        let (first, count) = (units.start, units.len());
+        // unit u of the run is chunk (first + u) of the heads' columns; query q's sums of it are the `(first + u)`th
+        // chunk of that head's query q row
+        let head_of = |u: usize| (first + u) / chunks;
+        let at = |u: usize| (first + u) % chunks * LANES;
+        let mut slots: Vec<Option<&mut [f32]>> = out.chunks_exact_mut(LANES).map(Some).collect();
+        let mut take = |u: usize, q: usize| -> &mut [f32] {
+            let (g, c) = (head_of(u), (first + u) % chunks);
+            slots[(g * group + q) * chunks + c].take().expect("each unit's query chunk taken once")
+        };
+        // every shape `units_at_once` names, each compiled with its registers fixed
+        macro_rules! shapes {
+            ($(($u:literal, $q:literal)),*) => {
+                match (count, group) {
+                    $(($u, $q) => {
+                        let w: [[&[f32]; $q]; $u] =
+                            std::array::from_fn(|u| std::array::from_fn(|q| &heads[head_of(u)].s[q * n..(q + 1) * n]));
+                        let acc: [[&mut [f32]; $q]; $u] = std::array::from_fn(|u| std::array::from_fn(|q| take(u, q)));
+                        let units: [(usize, usize); $u] = std::array::from_fn(|u| (head_of(u), at(u)));
+                        super::attention_tiles::fold_units::<$u, $q>(w, |g, j| value(g, lo + j), units, n, acc);
+                    })*
+                    _ => unreachable!("units_at_once names no such shape"),
+                }
+            };
+        }
+        super::attention_tiles::units_shapes!(shapes);
+    }
+
     /// `add_weighted` for the output columns `cols` only (the other columns of `out` are left as they are):
     /// `cols.start` is a multiple of 16, and `cols.end` too unless it is the row's end. Each column's sums are
     /// independent of the others', so tasks taking different columns together give `add_weighted`'s bits.
@@ -803,6 +879,64 @@ mod tests {
             let refs: Vec<&Scores> = scores.iter().collect();
             Scores::add_weighted_heads(&refs, value, &mut outs);
             prop_assert_eq!(got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), want.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// `add_weighted_units` gives the columns of its run `add_weighted`'s bits, continuing the sums already in
+        /// the output, and leaves every other column as it was: runs inside one head and across heads, from one
+        /// chunk up to more than its kernel takes at once, for two to four queries a head (the kernel's shapes) and
+        /// one and five (head by head), heads stored one after another and side by side, and a ragged group (its
+        /// last query sees one index fewer: head by head).
+        #[test]
+        fn units_are_each_head_alone(
+            heads in 1usize..5,
+            group in 1usize..6,
+            chunks in 1usize..9,
+            first in 0usize..64,
+            len in prop_oneof![Just(0usize), 1usize..12],
+            keys in 0usize..50,
+            side_by_side in any::<bool>(),
+            ragged in any::<bool>(),
+            seed in any::<u64>(),
+        ) {
+            let width = chunks * LANES;
+            let total = heads * chunks;
+            let first = first % total;
+            let units = first..(first + len).min(total);
+            let mut r = SplitMix64::new(seed);
+            let mut v = |n: usize| -> Vec<f32> { (0..n).map(|_| r.uniform(1.0)).collect() };
+            let (q, k, vals, start) =
+                (v(heads * group * width), v(heads * keys * width), v(heads * keys * width), v(heads * group * width));
+            let ranges: Vec<Range<usize>> =
+                (0..group).map(|j| 0..if ragged && j + 1 == group { keys.saturating_sub(1) } else { keys }).collect();
+            let at = |g: usize, j: usize| if side_by_side { (j * heads + g) * width } else { (g * keys + j) * width };
+            let scores: Vec<Scores> = (0..heads)
+                .map(|g| {
+                    let qs: Vec<&[f32]> = (0..group).map(|j| &q[(g * group + j) * width..][..width]).collect();
+                    let mut sc = Scores::dots(&qs, &ranges, |j| &k[at(g, j)..][..width]);
+                    sc.softmax(0.3);
+                    sc
+                })
+                .collect();
+            let value = |g: usize, j: usize| &vals[at(g, j)..][..width];
+            let mut every = start.clone();
+            for (g, (sc, o)) in scores.iter().zip(every.chunks_exact_mut(group * width)).enumerate() {
+                sc.add_weighted(|j| value(g, j), o);
+            }
+            let mut got = start.clone();
+            let refs: Vec<&Scores> = scores.iter().collect();
+            Scores::add_weighted_units(&refs, units.clone(), value, &mut got);
+            let bits = |x: &[f32]| x.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            for (c, ((summed, before), now)) in
+                every.chunks_exact(LANES).zip(start.chunks_exact(LANES)).zip(got.chunks_exact(LANES)).enumerate()
+            {
+                // output chunk c is chunk c % chunks of a query row of head c / (group · chunks)
+                let unit = c / (group * chunks) * chunks + c % chunks;
+                let want = if units.contains(&unit) { summed } else { before };
+                prop_assert_eq!(bits(now), bits(want), "output chunk {} (unit {}) of run {:?}", c, unit, units);
+            }
         }
     }
 

@@ -87,3 +87,39 @@ pub(super) unsafe fn weighted_heads<const G: usize, const Q: usize, const C: usi
         }
     }
 }
+
+/// `weighted` over `U` chunks of sixteen columns taken anywhere in a value row (a run of columns that may cross
+/// heads): unit `u` folds its chunk `row(j)[u]` of value row `j`, weighted by `w[u][q][j]`, into `acc[u][q]` for `Q`
+/// queries, value by value in order over `rows` rows. Each sum is its query's own chain of fused steps:
+/// `weighted`'s bits. The chunks' addresses come from `row` as the rows are read (inlined here), not from a list
+/// written first.
+///
+/// # Safety
+/// The CPU has AVX-512F; every `w[u][q]` points at `rows` weights or more, and every `row(j)[u]` (`j < rows`) and
+/// `acc[u][q]` at sixteen f32s or more.
+#[target_feature(enable = "avx512f")]
+#[inline(never)]
+pub(super) unsafe fn weighted_units<const U: usize, const Q: usize>(
+    w: [[*const f32; Q]; U],
+    rows: usize,
+    row: impl Fn(usize) -> [*const f32; U],
+    acc: [[*mut f32; Q]; U],
+) {
+    // SAFETY (every access below): the caller's contract; unaligned loads and stores
+    let mut a: [[__m512; Q]; U] =
+        std::array::from_fn(|u| std::array::from_fn(|q| unsafe { _mm512_loadu_ps(acc[u][q]) }));
+    for j in 0..rows {
+        let chunks = row(j);
+        for ((au, vp), wu) in a.iter_mut().zip(chunks).zip(&w) {
+            let vv = unsafe { _mm512_loadu_ps(vp) };
+            for (ac, wq) in au.iter_mut().zip(wu) {
+                *ac = _mm512_fmadd_ps(_mm512_set1_ps(unsafe { *wq.add(j) }), vv, *ac);
+            }
+        }
+    }
+    for (au, ou) in a.iter().zip(&acc) {
+        for (ac, o) in au.iter().zip(ou) {
+            unsafe { _mm512_storeu_ps(*o, *ac) };
+        }
+    }
+}

@@ -90,6 +90,94 @@ pub(super) fn fold_heads<const G: usize, const Q: usize, const C: usize>(
     };
 }
 
+/// The most chunks of sixteen columns `fold_units` takes at once for `queries` a head, or `None` where it takes
+/// none (no AVX-512, a count of queries it is not built for): its `queries x units` sums stay in registers over
+/// every value (twenty-four at most).
+pub(super) fn units_at_once(queries: usize) -> Option<usize> {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        return match queries {
+            2 | 3 => Some(8),
+            4 => Some(6),
+            _ => None,
+        };
+    }
+    let _ = queries;
+    None
+}
+
+/// Calls the macro `$m` with every (units, queries a head) shape `units_at_once` takes, for the callers that
+/// compile a kernel per shape.
+macro_rules! units_shapes {
+    ($m:ident) => {
+        $m!(
+            (1, 2),
+            (2, 2),
+            (3, 2),
+            (4, 2),
+            (5, 2),
+            (6, 2),
+            (7, 2),
+            (8, 2),
+            (1, 3),
+            (2, 3),
+            (3, 3),
+            (4, 3),
+            (5, 3),
+            (6, 3),
+            (7, 3),
+            (8, 3),
+            (1, 4),
+            (2, 4),
+            (3, 4),
+            (4, 4),
+            (5, 4),
+            (6, 4)
+        )
+    };
+}
+pub(super) use units_shapes;
+
+/// `fold` of `U` chunks of sixteen columns anywhere in the value rows, each with its own `Q` queries' weights:
+/// `acc[u][q] += Σⱼ w[u][q][j] · value(head[u], j)[at[u]..at[u] + 16]`, value by value in order over `rows` rows. A
+/// run of columns crossing heads of a cached row is read once, start to end; `value` is called once a row for each
+/// head the units name (consecutive units of one head share the call). Only for the shapes `units_at_once` names
+/// (it asserts that).
+pub(super) fn fold_units<'a, const U: usize, const Q: usize>(
+    w: [[&[f32]; Q]; U],
+    value: impl Fn(usize, usize) -> &'a [f32],
+    units: [(usize, usize); U],
+    rows: usize,
+    acc: [[&mut [f32]; Q]; U],
+) {
+    assert!(units_at_once(Q).is_some_and(|most| U <= most), "attention fold: {U} units of {Q} queries at once");
+    assert!(w.iter().flatten().all(|w| w.len() >= rows), "attention fold: fewer weights than values");
+    assert!(acc.iter().flatten().all(|a| a.len() >= LANES), "attention fold: short output");
+    let row = |j: usize| -> [*const f32; U] {
+        let mut chunks = [std::ptr::null(); U];
+        let mut head: Option<(usize, &[f32])> = None;
+        for (chunk, &(g, at)) in chunks.iter_mut().zip(&units) {
+            let slice = match head {
+                Some((h, slice)) if h == g => slice,
+                _ => value(g, j),
+            };
+            head = Some((g, slice));
+            // the bounds check a safe slice makes: the kernel reads sixteen f32s from here
+            *chunk = slice[at..at + LANES].as_ptr();
+        }
+        chunks
+    };
+    let w = w.map(|u| u.map(<[f32]>::as_ptr));
+    let acc = acc.map(|u| u.map(<[f32]>::as_mut_ptr));
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the CPU has AVX-512F (`units_at_once`, asserted); weights and outputs are long enough (asserted), each
+    // value chunk is a checked slice of sixteen, and the outputs are distinct `&mut` slices
+    #[allow(unsafe_code)]
+    unsafe {
+        super::attention_avx512::weighted_units::<U, Q>(w, rows, row, acc)
+    };
+}
+
 /// The portable `fold`.
 pub(super) fn fold_portable<const Q: usize, const C: usize>(
     p: [&[f32]; Q],
