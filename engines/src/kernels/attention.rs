@@ -839,6 +839,47 @@ mod tests {
         }
     }
 
+    /// Softmaxed scores of kv heads' queries, their value rows and the sums `add_weighted` gives them.
+    struct HeadsFixture {
+        /// One per kv head: its queries over `keys` indices (a ragged group's last query sees one index fewer).
+        scores: Vec<Scores>,
+        /// Kv head `g`'s value row `j` at `at(g, j)`.
+        vals: Vec<f32>,
+        /// Every head's queries x width, where the sums start.
+        start: Vec<f32>,
+        /// `start` with every head's `add_weighted` over its values.
+        summed: Vec<f32>,
+    }
+
+    /// A `HeadsFixture` of `heads` kv heads of `group` queries `width` wide, rows laid out by `at`.
+    fn heads_fixture(
+        (heads, group, width): (usize, usize, usize),
+        keys: usize,
+        ragged: bool,
+        at: impl Fn(usize, usize) -> usize,
+        seed: u64,
+    ) -> HeadsFixture {
+        let mut r = SplitMix64::new(seed);
+        let mut v = |n: usize| -> Vec<f32> { (0..n).map(|_| r.uniform(1.0)).collect() };
+        let (q, k, vals, start) =
+            (v(heads * group * width), v(heads * keys * width), v(heads * keys * width), v(heads * group * width));
+        let ranges: Vec<Range<usize>> =
+            (0..group).map(|j| 0..if ragged && j + 1 == group { keys.saturating_sub(1) } else { keys }).collect();
+        let scores: Vec<Scores> = (0..heads)
+            .map(|g| {
+                let qs: Vec<&[f32]> = (0..group).map(|j| &q[(g * group + j) * width..][..width]).collect();
+                let mut sc = Scores::dots(&qs, &ranges, |j| &k[at(g, j)..][..width]);
+                sc.softmax(0.3);
+                sc
+            })
+            .collect();
+        let mut summed = start.clone();
+        for (g, (sc, o)) in scores.iter().zip(summed.chunks_exact_mut(group * width)).enumerate() {
+            sc.add_weighted(|j| &vals[at(g, j)..][..width], o);
+        }
+        HeadsFixture { scores, vals, start, summed }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
         /// `add_weighted_heads` gives every head `add_weighted`'s bits, continuing the sums already in its output:
@@ -853,32 +894,14 @@ mod tests {
             keys in 0usize..90, ragged in any::<bool>(), seed in any::<u64>()
         ) {
             let (heads, group, width) = shape;
-            let mut r = SplitMix64::new(seed);
-            let mut v = |n: usize| -> Vec<f32> { (0..n).map(|_| r.uniform(1.0)).collect() };
-            let (q, k, vals, start) =
-                (v(heads * group * width), v(heads * keys * width), v(heads * keys * width), v(heads * group * width));
-            // a ragged group: its last query sees one index fewer
-            let ranges: Vec<Range<usize>> =
-                (0..group).map(|j| 0..if ragged && j + 1 == group { keys.saturating_sub(1) } else { keys }).collect();
             let at = |g: usize, j: usize| (g * keys + j) * width;
-            let scores: Vec<Scores> = (0..heads)
-                .map(|g| {
-                    let qs: Vec<&[f32]> = (0..group).map(|j| &q[(g * group + j) * width..][..width]).collect();
-                    let mut sc = Scores::dots(&qs, &ranges, |j| &k[at(g, j)..][..width]);
-                    sc.softmax(0.3);
-                    sc
-                })
-                .collect();
+            let HeadsFixture { scores, vals, start, summed } = heads_fixture((heads, group, width), keys, ragged, at, seed);
             let value = |g: usize, j: usize| &vals[at(g, j)..][..width];
-            let mut want = start.clone();
-            for (g, (sc, o)) in scores.iter().zip(want.chunks_exact_mut(group * width)).enumerate() {
-                sc.add_weighted(|j| value(g, j), o);
-            }
             let mut got = start;
             let mut outs: Vec<&mut [f32]> = got.chunks_exact_mut(group * width).collect();
             let refs: Vec<&Scores> = scores.iter().collect();
             Scores::add_weighted_heads(&refs, value, &mut outs);
-            prop_assert_eq!(got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), want.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+            prop_assert_eq!(got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), summed.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
         }
     }
 
@@ -905,32 +928,15 @@ mod tests {
             let total = heads * chunks;
             let first = first % total;
             let units = first..(first + len).min(total);
-            let mut r = SplitMix64::new(seed);
-            let mut v = |n: usize| -> Vec<f32> { (0..n).map(|_| r.uniform(1.0)).collect() };
-            let (q, k, vals, start) =
-                (v(heads * group * width), v(heads * keys * width), v(heads * keys * width), v(heads * group * width));
-            let ranges: Vec<Range<usize>> =
-                (0..group).map(|j| 0..if ragged && j + 1 == group { keys.saturating_sub(1) } else { keys }).collect();
             let at = |g: usize, j: usize| if side_by_side { (j * heads + g) * width } else { (g * keys + j) * width };
-            let scores: Vec<Scores> = (0..heads)
-                .map(|g| {
-                    let qs: Vec<&[f32]> = (0..group).map(|j| &q[(g * group + j) * width..][..width]).collect();
-                    let mut sc = Scores::dots(&qs, &ranges, |j| &k[at(g, j)..][..width]);
-                    sc.softmax(0.3);
-                    sc
-                })
-                .collect();
+            let HeadsFixture { scores, vals, start, summed } = heads_fixture((heads, group, width), keys, ragged, at, seed);
             let value = |g: usize, j: usize| &vals[at(g, j)..][..width];
-            let mut every = start.clone();
-            for (g, (sc, o)) in scores.iter().zip(every.chunks_exact_mut(group * width)).enumerate() {
-                sc.add_weighted(|j| value(g, j), o);
-            }
             let mut got = start.clone();
             let refs: Vec<&Scores> = scores.iter().collect();
             Scores::add_weighted_units(&refs, units.clone(), value, &mut got);
             let bits = |x: &[f32]| x.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             for (c, ((summed, before), now)) in
-                every.chunks_exact(LANES).zip(start.chunks_exact(LANES)).zip(got.chunks_exact(LANES)).enumerate()
+                summed.chunks_exact(LANES).zip(start.chunks_exact(LANES)).zip(got.chunks_exact(LANES)).enumerate()
             {
                 // output chunk c is chunk c % chunks of a query row of head c / (group · chunks)
                 let unit = c / (group * chunks) * chunks + c % chunks;
