@@ -4,8 +4,9 @@
 //! A decode step's attention reads a kv head's keys and values across every position. Stored side by side (one
 //! row per position holding every head), a core taking some of the heads reads part of each row at the row's
 //! stride, which it reads far slower than whole rows; stored head by head, each head is one sequential run. A decode
-//! row of SmolLM2's shapes over 2048 positions (30 layers' caches, from DRAM) took 6.2-6.4 ms side by side and
-//! 4.6-4.7 head by head. Dumps still give one row per position with every head side by side, as `FullCache`'s.
+//! row of SmolLM2's shapes over 2048 positions (30 layers' caches, from DRAM) took 6.2-6.4 ms side by side and 5.2
+//! head by head (4.6-4.7 once its weighted sums took even runs of columns, `gqa_attend::attend_one_row`). Dumps
+//! still give one row per position with every head side by side, as `FullCache`'s.
 
 use super::{RowMeta, Rows};
 use crate::dump::{CacheKind, DumpTensor};
