@@ -93,6 +93,42 @@ fn time_attention(positions: usize, width: usize, reps: usize) -> f64 {
     })
 }
 
+/// GB/s of a decode step's attention (one row) read from DRAM: SmolLM2's shape (9 query heads of 64 over 3 kv heads)
+/// over `positions` cached positions, k and v stored kv head by kv head as the GGUF engine keeps them
+/// (`cache::HeadMajorCache`), `layers` layers' caches attended one after another so they come from memory, as in a
+/// decode step; best of `reps` sweeps over the layers. Also the bytes of cached k and v one sweep reads.
+fn decode_attention_gbs(positions: usize, layers: usize, reps: usize) -> (f64, usize) {
+    use crate::arch::gqa_attend::{attend_rows, Heads};
+    use crate::cache::{HeadMajorCache, RowMeta};
+    let (width, heads, kv_heads) = (64, 9, 3);
+    let kvd = kv_heads * width;
+    let caches: Vec<(HeadMajorCache, HeadMajorCache)> = (0..layers)
+        .map(|l| {
+            let (mut k, mut v) =
+                (HeadMajorCache::new(positions, kv_heads, width), HeadMajorCache::new(positions, kv_heads, width));
+            let (rows_k, rows_v) = (filled(positions * kvd, 83 + l), filled(positions * kvd, 79 + l));
+            for (p, (rk, rv)) in rows_k.chunks_exact(kvd).zip(rows_v.chunks_exact(kvd)).enumerate() {
+                let meta = RowMeta { pos: p as i64, writer: None };
+                k.put(p, rk, meta);
+                v.put(p, rv, meta);
+            }
+            (k, v)
+        })
+        .collect();
+    let q = filled(heads * width, 89);
+    let mut att = vec![0.0; heads * width];
+    let shape = Heads { width, heads, group: heads / kv_heads, scale: 0.125 };
+    let seconds = best_of(reps, || {
+        crate::engine_loop::on_worker(|| {
+            for (k, v) in &caches {
+                attend_rows(&q, shape, |_| 0..positions, |g, p| (k.get(g, p), v.get(g, p)), &mut att);
+            }
+        })
+    });
+    let bytes = layers * 2 * positions * kvd * 4;
+    (bytes as f64 / seconds / 1e9, bytes)
+}
+
 /// A Q4_1 matrix of `out x inp` laid out directly (quantizing its f32 source would take 6x the memory): every
 /// block scale 1/64, minimum -1/8, nibbles varying along the row.
 fn q4_1_filled(out: usize, inp: usize) -> QMatrix {
@@ -140,6 +176,9 @@ pub fn kernels(before: Limits) -> (String, Limits) {
     let (positions, width) = (2048, 64);
     let att_flops = 4.0 * width as f64 * (positions * (positions + 1) / 2) as f64;
     let att_gflops = att_flops / time_attention(positions, width, 3) / 1e9;
+    // a decode step's attention over a long context, 30 layers' caches (90 MiB: several times the last-level cache)
+    let (decode_positions, decode_layers) = (2048, 30);
+    let (decode_att_gbs, decode_att_bytes) = decode_attention_gbs(decode_positions, decode_layers, 20);
     let l = before.best(Limits::measure());
 
     let mut out = describe(&l);
@@ -163,6 +202,13 @@ pub fn kernels(before: Limits) -> (String, Limits) {
         out,
         "attention {positions} positions x {width} (causal, one head): {att_gflops:7.1} GFLOP/s = {:5.1}% of peak",
         pct(att_gflops, l.peak_gflops)
+    );
+    let _ = writeln!(
+        out,
+        "decode attention 1 row x {decode_positions} positions (9 heads of 64, 3 kv heads stored apart, \
+         {decode_layers} layers): {decode_att_gbs:7.1} GB/s = {:5.1}% of DRAM read ({} MiB of cached k/v)",
+        pct(decode_att_gbs, l.bandwidth_gbs),
+        decode_att_bytes >> 20
     );
     let _ = writeln!(
         out,
