@@ -65,15 +65,14 @@ impl HeadMajorCache {
     /// The cache as `FullCache` dumps it: one row per position, every kv head side by side.
     pub fn dump(&self, layer: usize, name: &str) -> DumpTensor {
         let width = self.heads[0].width;
-        let mut rows = Rows::new(self.capacity(), self.heads.len() * width);
+        let mut data = Vec::with_capacity(self.capacity() * self.heads.len() * width);
         for t in 0..self.capacity() {
-            let row = &mut rows.data[t * rows.width..(t + 1) * rows.width];
-            for (out, head) in row.chunks_exact_mut(width).zip(&self.heads) {
-                out.copy_from_slice(head.row(t));
+            for head in &self.heads {
+                data.extend_from_slice(head.row(t));
             }
         }
-        rows.meta.copy_from_slice(&self.heads[0].meta);
-        rows.dump(layer, name, CacheKind::Full)
+        let rows = Rows { width: self.heads.len() * width, data, meta: self.heads[0].meta.clone() };
+        rows.into_dump(layer, name, CacheKind::Full)
     }
 }
 

@@ -53,14 +53,19 @@ impl Rows {
     }
 
     pub fn dump(&self, layer: usize, name: &str, kind: CacheKind) -> DumpTensor {
+        self.clone().into_dump(layer, name, kind)
+    }
+
+    /// `dump`, moving the rows in instead of copying them (rows built only to be dumped).
+    pub fn into_dump(self, layer: usize, name: &str, kind: CacheKind) -> DumpTensor {
         DumpTensor {
             layer,
             name: name.to_string(),
             kind,
             width: self.width,
-            data: self.data.clone(),
             positions: self.meta.iter().map(|m| m.pos).collect(),
             writers: self.meta.iter().map(|m| m.writer).collect(),
+            data: self.data,
         }
     }
 }
