@@ -51,6 +51,11 @@ fn lanes(at: impl Fn(i32) -> i32) -> __m512i {
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c")]
 unsafe fn q4_1<const R: usize>(group: &[u8], xq: &QActs, r0: usize, out: &mut [[f32; R]; 4]) {
+    if R == 1 {
+        let one: &mut [[f32; 1]; 4] = (out as &mut dyn std::any::Any).downcast_mut().expect("R is 1");
+        // SAFETY: the caller's contract
+        return unsafe { q4_1_one_row(group, xq, r0, one) };
+    }
     let blocks = xq.in_dim / QK;
     let (xp, dx) = rows_of::<R>(xq, r0);
     let w = group.as_ptr();
@@ -111,8 +116,69 @@ unsafe fn q4_1<const R: usize>(group: &[u8], xq: &QActs, r0: usize, out: &mut [[
     }
 }
 
+/// `q4_1` for one activation row (decode), the same values with fewer vector instructions a block, on this
+/// machine (Zen 4, whose 512-bit instructions take two passes of a 256-bit unit) the bound of a decode matvec whose
+/// weights are in cache: the scales' products and the minimums' sums are taken on the 8 lanes of the block's
+/// scales as they are loaded (`d0..d3 m0..m3`, one 256-bit register), so the minimums need no permute and the
+/// scales' product `dw · dx` one permute (of the products) instead of a 512-bit multiply after it. Each lane still
+/// takes `qdot`'s steps in block order: `dd = dw · dx`, `acc += dd · sums`, `mins += mw · sx`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c")]
+unsafe fn q4_1_one_row(group: &[u8], xq: &QActs, r0: usize, out: &mut [[f32; 1]; 4]) {
+    let blocks = xq.in_dim / QK;
+    let ([xp], [dx]) = rows_of::<1>(xq, r0);
+    let w = group.as_ptr();
+    let low = _mm512_set1_epi8(0x0f);
+    let spread_d = lanes(|j| j / 4);
+    let mut acc_lo = _mm512_setzero_ps();
+    let mut acc_hi = _mm512_setzero_ps();
+    // lanes 4..8: row c's minimums (lanes 0..4 take the scales' products, unused)
+    let mut mins = _mm256_setzero_ps();
+    for b in 0..blocks {
+        // SAFETY (every load below): block `b < blocks` of the group, 80 bytes; the activation row's `blocks`
+        // blocks of 32 and its scales and sums; unaligned loads
+        unsafe {
+            let blk = w.add(b * 80);
+            ahead(blk, 80);
+            let scales = _mm256_cvtph_ps(_mm_loadu_si128(blk.cast()));
+            let dd = _mm512_permutexvar_ps(
+                spread_d,
+                _mm512_castps256_ps512(_mm256_mul_ps(scales, _mm256_set1_ps(*dx.get_unchecked(b)))),
+            );
+            let sx = _mm256_set1_ps(*xq.s_by_block.get_unchecked(b * xq.rows + r0));
+            mins = _mm256_add_ps(mins, _mm256_mul_ps(scales, sx));
+            let q = _mm512_loadu_si512(blk.add(16).cast());
+            let lo = _mm512_and_si512(q, low);
+            let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(q), low);
+            let x = xp.add(b * QK);
+            let xlo = _mm512_broadcast_i32x4(_mm_loadu_si128(x.cast()));
+            let xhi = _mm512_broadcast_i32x4(_mm_loadu_si128(x.add(16).cast()));
+            let slo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xlo);
+            let shi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi, xhi);
+            acc_lo = _mm512_add_ps(acc_lo, _mm512_mul_ps(dd, _mm512_cvtepi32_ps(slo)));
+            acc_hi = _mm512_add_ps(acc_hi, _mm512_mul_ps(dd, _mm512_cvtepi32_ps(shi)));
+        }
+    }
+    // `hsum` of each row's 8 lanes (lo's lanes 4c..4c + 4, then hi's), in its tree, on the registers: the pairs
+    // `l + (l + 4)`, then `(0 + 1) + (2 + 3)` of each quarter; then `+ mins`
+    let pairs = _mm512_add_ps(acc_lo, acc_hi);
+    let halves = _mm512_add_ps(pairs, _mm512_permute_ps::<0b10_11_00_01>(pairs));
+    let sums = _mm512_add_ps(halves, _mm512_permute_ps::<0b01_00_11_10>(halves));
+    let firsts = _mm512_castps512_ps128(_mm512_permutexvar_ps(
+        _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+        sums,
+    ));
+    let rows = _mm_add_ps(firsts, _mm256_extractf128_ps::<1>(mins));
+    // SAFETY: `out` is four f32s in a row ([[f32; 1]; 4]); unaligned store
+    unsafe { _mm_storeu_ps(out.as_mut_ptr().cast(), rows) };
+}
+
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c")]
 unsafe fn q8_0<const R: usize>(group: &[u8], xq: &QActs, r0: usize, out: &mut [[f32; R]; 4]) {
+    if R == 1 {
+        let one: &mut [[f32; 1]; 4] = (out as &mut dyn std::any::Any).downcast_mut().expect("R is 1");
+        // SAFETY: the caller's contract
+        return unsafe { q8_0_one_row(group, xq, r0, one) };
+    }
     let blocks = xq.in_dim / QK;
     let (xp, dx) = rows_of::<R>(xq, r0);
     let w = group.as_ptr();
@@ -156,6 +222,54 @@ unsafe fn q8_0<const R: usize>(group: &[u8], xq: &QActs, r0: usize, out: &mut [[
             out[2 * p + 1][r] = hsum(second.try_into().expect("8 lanes"));
         }
     }
+}
+
+/// `q8_0` for one activation row (decode): the scales' products `dw · dx` are taken on the four scales as loaded
+/// and then spread (one 128-bit multiply where the general tile takes two 512-bit ones), the same value in each lane.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c")]
+unsafe fn q8_0_one_row(group: &[u8], xq: &QActs, r0: usize, out: &mut [[f32; 1]; 4]) {
+    let blocks = xq.in_dim / QK;
+    let ([xp], [dx]) = rows_of::<1>(xq, r0);
+    let w = group.as_ptr();
+    let bias = _mm512_set1_epi8(-128);
+    let (spread_01, spread_23) = (lanes(|j| j / 8), lanes(|j| 2 + j / 8));
+    let mut acc_01 = _mm512_setzero_ps();
+    let mut acc_23 = _mm512_setzero_ps();
+    for b in 0..blocks {
+        // SAFETY (every load below): block `b < blocks` of the group, 136 bytes; the activation row's `blocks`
+        // blocks of 32 and its scales; unaligned loads
+        unsafe {
+            let blk = w.add(b * 136);
+            ahead(blk, 136);
+            let dd = _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64(blk.cast())), _mm_set1_ps(*dx.get_unchecked(b)));
+            let dd = _mm512_castps128_ps512(dd);
+            let (d01, d23) = (_mm512_permutexvar_ps(spread_01, dd), _mm512_permutexvar_ps(spread_23, dd));
+            let w01 = _mm512_loadu_si512(blk.add(8).cast());
+            let w23 = _mm512_loadu_si512(blk.add(72).cast());
+            let x = _mm512_broadcast_i64x4(_mm256_loadu_si256(xp.add(b * QK).cast()));
+            // Σ 128 x per lane, which the biased weights add
+            let extra = _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, x);
+            let s01 = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w01, x), extra);
+            let s23 = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w23, x), extra);
+            acc_01 = _mm512_add_ps(acc_01, _mm512_mul_ps(d01, _mm512_cvtepi32_ps(s01)));
+            acc_23 = _mm512_add_ps(acc_23, _mm512_mul_ps(d23, _mm512_cvtepi32_ps(s23)));
+        }
+    }
+    // `hsum` of each row's 8 lanes in its tree, on the registers: the pairs `l + (l + 4)` (128-bit quarters
+    // swapped), then `(0 + 1) + (2 + 3)`; rows 0 and 1 end in lanes 0 and 8 of the first register, 2 and 3 of the
+    // second
+    let tree = |acc: __m512| {
+        let pairs = _mm512_add_ps(acc, _mm512_shuffle_f32x4::<0b10_11_00_01>(acc, acc));
+        let halves = _mm512_add_ps(pairs, _mm512_permute_ps::<0b10_11_00_01>(pairs));
+        _mm512_add_ps(halves, _mm512_permute_ps::<0b01_00_11_10>(halves))
+    };
+    let rows = _mm512_permutex2var_ps(
+        tree(acc_01),
+        _mm512_setr_epi32(0, 8, 16, 24, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+        tree(acc_23),
+    );
+    // SAFETY: `out` is four f32s in a row ([[f32; 1]; 4]); unaligned store
+    unsafe { _mm_storeu_ps(out.as_mut_ptr().cast(), _mm512_castps512_ps128(rows)) };
 }
 
 #[cfg(test)]
