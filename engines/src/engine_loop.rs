@@ -571,7 +571,7 @@ impl<A: Arch> Engine for BundledEngine<A> {
             crate::decode::decode_with(arch.generable(), logits, req, len, capacity, observer, |id, pos, index| {
                 let writer = Writer { request: req.id, kind: WriterKind::Decode { step: index as u32 } };
                 let step = Step { id, pos, index, req, writer };
-                let next = on_worker(|| arch.decode_step(slot, &mut decoding, &step, fault));
+                let next = crate::decode_team::run(|| arch.decode_step(slot, &mut decoding, &step, fault));
                 if records {
                     slot.record.record(pos, &[id]);
                 }

@@ -16,6 +16,7 @@ pub mod chat_template;
 pub mod config;
 pub mod cpu_steal;
 pub mod decode;
+pub mod decode_team;
 pub mod dump;
 pub mod dump_file;
 pub mod engine;

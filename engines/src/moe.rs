@@ -118,7 +118,23 @@ impl Moe {
         };
         let run_shared =
             || -> Vec<Vec<f32>> { self.shared.par_iter().map(|s| s.forward(red, x, rows, h, self.ffn)).collect() };
-        let (routed_out, shared) = rayon::join(run_routed, run_shared);
+        let (routed_out, shared) = if crate::decode_team::leading() {
+            // a decode step's team: the experts that have rows, in even shares (most have none), then the shared
+            // ones; the same calls, so the same bits
+            let active: Vec<usize> = (0..e).filter(|&ei| !members[ei].is_empty()).collect();
+            let outs = crate::decode_team::map(&active, |&ei| {
+                let xs: Vec<f32> =
+                    members[ei].iter().flat_map(|&(r, _)| x[r * h..(r + 1) * h].iter().copied()).collect();
+                self.experts[ei].forward(red, &xs, members[ei].len(), h, self.ffn)
+            });
+            let mut routed_out: Vec<Option<Vec<f32>>> = vec![None; e];
+            for (ei, out) in active.into_iter().zip(outs) {
+                routed_out[ei] = Some(out);
+            }
+            (routed_out, crate::decode_team::map(&self.shared, |s| s.forward(red, x, rows, h, self.ffn)))
+        } else {
+            rayon::join(run_routed, run_shared)
+        };
         let mut routed: Vec<Vec<f32>> = vec![Vec::new(); rows * self.top_k];
         for (members, ys) in members.iter().zip(&routed_out) {
             let Some(ys) = ys else { continue };

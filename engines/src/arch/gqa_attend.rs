@@ -7,8 +7,6 @@
 
 use std::ops::Range;
 
-use rayon::prelude::*;
-
 use super::gqa_dims::Dims;
 use crate::kernels::{ask_rows, softmax_parts, Scores, LANES};
 
@@ -151,7 +149,7 @@ pub fn attend_rows_in_parts<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: 
     let outs: Vec<Vec<f32>> = if work < parallel_min {
         (0..blocks * kv_heads).map(task).collect()
     } else {
-        (0..blocks * kv_heads).into_par_iter().map(task).collect()
+        crate::decode_team::map(&(0..blocks * kv_heads).collect::<Vec<_>>(), |&t| task(t))
     };
     for (task, out) in outs.iter().enumerate() {
         let (block, g) = (task / kv_heads, task % kv_heads);
@@ -204,16 +202,13 @@ fn attend_one_row<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: &[P], att:
         })
         .collect();
     let every_query: Vec<&[f32]> = (0..kv_heads).flat_map(queries).collect();
-    let pieces: Vec<Vec<Scores>> = blocks
-        .par_iter()
-        .map(|(k, b)| {
-            // the block's keys asked for before scoring: a kv head scored on its own reads a slice of every row, at
-            // the row's stride, which the hardware prefetchers do not run ahead of (with the heads scored a row at
-            // a time, `Scores::heads_at_once`, the asks measured about even: kept for one rule)
-            ask_rows(b.clone().flat_map(|p| (0..kv_heads).map(move |g| parts[*k].kv(g, p).0)));
-            Scores::dots_of_heads(&every_query, group, b.clone(), |g, p| parts[*k].kv(g, p).0)
-        })
-        .collect();
+    let pieces: Vec<Vec<Scores>> = crate::decode_team::map(&blocks, |(k, b)| {
+        // the block's keys asked for before scoring: a kv head scored on its own reads a slice of every row, at
+        // the row's stride, which the hardware prefetchers do not run ahead of (with the heads scored a row at
+        // a time, `Scores::heads_at_once`, the asks measured about even: kept for one rule)
+        ask_rows(b.clone().flat_map(|p| (0..kv_heads).map(move |g| parts[*k].kv(g, p).0)));
+        Scores::dots_of_heads(&every_query, group, b.clone(), |g, p| parts[*k].kv(g, p).0)
+    });
     // each (kv head, part)'s blocks joined, in order
     let mut by_head: Vec<Vec<Scores>> = (0..kv_heads).map(|_| Vec::with_capacity(blocks.len())).collect();
     for block in pieces {
@@ -236,7 +231,7 @@ fn attend_one_row<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: &[P], att:
         .collect();
     drop(by_head);
     // pass 2
-    scores.par_iter_mut().for_each(|sc| softmax_parts(sc, scale));
+    crate::decode_team::for_each_mut(&mut scores, |sc| softmax_parts(sc, scale));
     // pass 3, where the kv heads' values are not side by side (a cache stored head by head), a kernel folds a run of
     // output columns at once and each core's even share of the heads' columns fits one run: one run a core, a run
     // crossing heads where the kv heads do not divide among the cores. Where they are side by side, a core taking
@@ -250,17 +245,14 @@ fn attend_one_row<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: &[P], att:
         let per = total.div_ceil(threads);
         if per <= most {
             let runs: Vec<Range<usize>> = (0..total).step_by(per.max(1)).map(|u| u..(u + per).min(total)).collect();
-            let outs: Vec<Vec<f32>> = runs
-                .par_iter()
-                .map(|units| {
-                    let mut out = vec![0.0; heads * hd];
-                    for (k, part) in parts.iter().enumerate() {
-                        let sc: Vec<&Scores> = scores.iter().map(|head| &head[k]).collect();
-                        Scores::add_weighted_units(&sc, units.clone(), |g, p| part.kv(g, p).1, &mut out);
-                    }
-                    out
-                })
-                .collect();
+            let outs: Vec<Vec<f32>> = crate::decode_team::map(&runs, |units| {
+                let mut out = vec![0.0; heads * hd];
+                for (k, part) in parts.iter().enumerate() {
+                    let sc: Vec<&Scores> = scores.iter().map(|head| &head[k]).collect();
+                    Scores::add_weighted_units(&sc, units.clone(), |g, p| part.kv(g, p).1, &mut out);
+                }
+                out
+            });
             for (units, out) in runs.iter().zip(&outs) {
                 for u in units.clone() {
                     let (g, c) = (u / chunks, u % chunks);
@@ -278,18 +270,15 @@ fn attend_one_row<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: &[P], att:
     if let Some(most) = Scores::heads_at_once(group, hd) {
         let run = kv_heads.div_ceil(threads).clamp(1, most);
         let runs: Vec<Range<usize>> = (0..kv_heads).step_by(run).map(|g| g..(g + run).min(kv_heads)).collect();
-        let outs: Vec<Vec<f32>> = runs
-            .par_iter()
-            .map(|heads| {
-                let mut out = vec![0.0; heads.len() * group * hd];
-                for (k, part) in parts.iter().enumerate() {
-                    let sc: Vec<&Scores> = heads.clone().map(|g| &scores[g][k]).collect();
-                    let mut rows: Vec<&mut [f32]> = out.chunks_exact_mut(group * hd).collect();
-                    Scores::add_weighted_heads(&sc, |g, p| part.kv(heads.start + g, p).1, &mut rows);
-                }
-                out
-            })
-            .collect();
+        let outs: Vec<Vec<f32>> = crate::decode_team::map(&runs, |heads| {
+            let mut out = vec![0.0; heads.len() * group * hd];
+            for (k, part) in parts.iter().enumerate() {
+                let sc: Vec<&Scores> = heads.clone().map(|g| &scores[g][k]).collect();
+                let mut rows: Vec<&mut [f32]> = out.chunks_exact_mut(group * hd).collect();
+                Scores::add_weighted_heads(&sc, |g, p| part.kv(heads.start + g, p).1, &mut rows);
+            }
+            out
+        });
         for (heads, out) in runs.iter().zip(&outs) {
             att[heads.start * group * hd..heads.end * group * hd].copy_from_slice(out);
         }
@@ -302,16 +291,13 @@ fn attend_one_row<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: &[P], att:
         (0..whole).map(|c| c * step..if c + 1 == whole { hd } else { (c + 1) * step }).collect();
     let tasks: Vec<(usize, Range<usize>)> =
         (0..kv_heads).flat_map(|g| spans.iter().map(move |c| (g, c.clone()))).collect();
-    let outs: Vec<Vec<f32>> = tasks
-        .par_iter()
-        .map(|(g, cols)| {
-            let mut out = vec![0.0; group * hd];
-            for (part, sc) in parts.iter().zip(&scores[*g]) {
-                sc.add_weighted_columns(|p| part.kv(*g, p).1, &mut out, cols.clone());
-            }
-            out
-        })
-        .collect();
+    let outs: Vec<Vec<f32>> = crate::decode_team::map(&tasks, |(g, cols)| {
+        let mut out = vec![0.0; group * hd];
+        for (part, sc) in parts.iter().zip(&scores[*g]) {
+            sc.add_weighted_columns(|p| part.kv(*g, p).1, &mut out, cols.clone());
+        }
+        out
+    });
     for ((g, cols), out) in tasks.iter().zip(&outs) {
         for j in 0..group {
             att[(g * group + j) * hd + cols.start..][..cols.len()]

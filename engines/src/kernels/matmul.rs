@@ -636,9 +636,8 @@ pub fn matmul_with_tail(
         // few rows (decode, a short segment): split the weight rows (output columns) instead, whole tiles of 16
         let per = out_dim.div_ceil(tasks).next_multiple_of(16);
         if rows == 1 {
-            w.par_chunks(per * in_dim).zip(y.par_chunks_mut(per)).for_each(|(wb, yb)| {
-                block_invariant(x, wb, in_dim, yb, yb.len());
-            });
+            let mut tasks: Vec<(&[f32], &mut [f32])> = w.chunks(per * in_dim).zip(y.chunks_mut(per)).collect();
+            crate::decode_team::for_each_mut(&mut tasks, |(wb, yb)| block_invariant(x, wb, in_dim, yb, yb.len()));
         } else {
             let parts: Vec<Vec<f32>> = w
                 .par_chunks(per * in_dim)

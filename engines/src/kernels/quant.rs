@@ -373,14 +373,14 @@ fn blocks_matmul(x: &[f32], rows: usize, outs: &mut [(&QMatrix, &mut [f32])]) {
     let xq = QActs::quantize(x, rows, in_dim);
     if rows == 1 {
         // decode: each group writes its own slice of its matrix's one output row
-        let tasks: Vec<(&QMatrix, usize, &mut [f32])> = outs
+        let mut tasks: Vec<(&QMatrix, usize, &mut [f32])> = outs
             .iter_mut()
             .flat_map(|(w, y)| {
                 let w: &QMatrix = w;
                 y.chunks_mut(GROUP).enumerate().map(move |(g, yg)| (w, g * GROUP, yg))
             })
             .collect();
-        tasks.into_par_iter().for_each(|(w, o0, yg)| group(w, &xq, o0, yg));
+        crate::decode_team::for_each_mut(&mut tasks, |(w, o0, yg)| group(w, &xq, *o0, yg));
         return;
     }
     let ws: Vec<&QMatrix> = outs.iter().map(|(w, _)| *w).collect();
@@ -602,7 +602,8 @@ fn f32_matmul(x: &[f32], rows: usize, w: &[f32], out_dim: usize, in_dim: usize, 
         part
     };
     if rows == 1 {
-        y.par_chunks_mut(GROUP).enumerate().for_each(|(g, yg)| yg.copy_from_slice(&group(g)));
+        let mut tasks: Vec<(usize, &mut [f32])> = y.chunks_mut(GROUP).enumerate().collect();
+        crate::decode_team::for_each_mut(&mut tasks, |(g, yg)| yg.copy_from_slice(&group(*g)));
         return;
     }
     let parts: Vec<Vec<f32>> = (0..out_dim.div_ceil(GROUP)).into_par_iter().map(group).collect();

@@ -137,7 +137,7 @@ pub fn bench(model: &Model, lens: &[usize], decode: usize) -> Vec<BenchRow> {
         for step in 0..decode {
             let id = crate::sampler::argmax(&logits);
             // as the engine loop runs a decode step
-            logits = on_worker(|| model.forward(&mut st, &Segment::of_ids(&[id], len + step, writer)));
+            logits = crate::decode_team::run(|| model.forward(&mut st, &Segment::of_ids(&[id], len + step, writer)));
         }
         let dec = t1.elapsed().as_secs_f64();
         let w2 = crate::kernels::work();
