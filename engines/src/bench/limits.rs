@@ -20,6 +20,8 @@ pub struct Limits {
     pub bandwidth_how: String,
     /// The last-level cache size the bandwidth buffer was sized against, when the system tells it.
     pub llc_bytes: Option<u64>,
+    /// Each measurement's [`line_trip_ns`], in order (empty with one thread).
+    pub line_trips_ns: Vec<f64>,
 }
 
 impl Limits {
@@ -29,6 +31,7 @@ impl Limits {
         let threads = rayon::current_num_threads();
         let llc_bytes = last_level_cache();
         let bytes = stream_bytes(llc_bytes, available_memory());
+        let line_trip = line_trip_ns();
         let bandwidth_gbs = read_bandwidth(bytes);
         Limits {
             peak_gflops,
@@ -36,6 +39,7 @@ impl Limits {
             bandwidth_gbs,
             bandwidth_how: format!("{} MiB streaming read, {threads} threads", bytes >> 20),
             llc_bytes,
+            line_trips_ns: line_trip.into_iter().collect(),
         }
     }
 
@@ -52,7 +56,8 @@ impl Limits {
         } else {
             (self.bandwidth_gbs, self.bandwidth_how)
         };
-        Limits { peak_gflops, peak_how, bandwidth_gbs, bandwidth_how, llc_bytes: self.llc_bytes }
+        let line_trips_ns = self.line_trips_ns.into_iter().chain(other.line_trips_ns).collect();
+        Limits { peak_gflops, peak_how, bandwidth_gbs, bandwidth_how, llc_bytes: self.llc_bytes, line_trips_ns }
     }
 }
 
@@ -237,6 +242,74 @@ fn xor_streams(part: &[u64]) -> u64 {
     acc.iter().flatten().fold(tail, |a, b| a ^ b)
 }
 
+/// Round trips of a cache line between two threads one [`line_trip_ns`] pass times.
+const TRIPS: u64 = 20_000;
+
+/// Nanoseconds a cache line takes from one thread to another (half a round trip, best of [`PASSES`]), `None` on
+/// one core. It tells how the cores meet: tens of nanoseconds where they share a last-level cache, a few hundred
+/// where they do not (two dies or sockets). A VM's vCPUs can move between both from one moment to the next, and
+/// the figures below move with them: cores apart read DRAM faster together (each die has its own path to memory),
+/// while every hand-off between them costs more.
+pub fn line_trip_ns() -> Option<f64> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        return None;
+    }
+    let best = (0..PASSES)
+        .map(|_| {
+            let line = AtomicU64::new(0);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    for i in 0..TRIPS {
+                        wait_for(&line, 2 * i + 1);
+                        line.store(2 * i + 2, Ordering::Release);
+                    }
+                });
+                let t = Instant::now();
+                for i in 0..TRIPS {
+                    line.store(2 * i + 1, Ordering::Release);
+                    wait_for(&line, 2 * i + 2);
+                }
+                t.elapsed().as_secs_f64() * 1e9 / (2 * TRIPS) as f64
+            })
+        })
+        .fold(f64::MAX, f64::min);
+    Some(best)
+}
+
+/// Spins until `line` holds `value`; after a few thousand spins (far longer than a trip between two running
+/// threads) it lets the OS run the other thread, which may be waiting for this core.
+fn wait_for(line: &std::sync::atomic::AtomicU64, value: u64) {
+    let mut spins = 0u32;
+    while line.load(std::sync::atomic::Ordering::Acquire) != value {
+        if spins < 4096 {
+            spins += 1;
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Above this many nanoseconds a line trip is taken for cores without a shared last-level cache.
+const APART_NS: f64 = 100.0;
+
+/// The `cores:` line of a block whose measurements took `trips_ns` ([`line_trip_ns`] each, in order): the trips
+/// and what they say about the cores; `None` without a trip (one core).
+pub fn placement(trips_ns: &[f64]) -> Option<String> {
+    if trips_ns.is_empty() {
+        return None;
+    }
+    let trips: Vec<String> = trips_ns.iter().map(|ns| format!("{ns:.0}")).collect();
+    let apart = trips_ns.iter().filter(|&&ns| ns > APART_NS).count();
+    let what = match apart {
+        0 => "cores sharing a last-level cache",
+        n if n == trips_ns.len() => "cores without a shared last-level cache: DRAM reads faster, hand-offs cost more",
+        _ => "the cores moved between sharing a last-level cache and not: no fraction here speaks for one placement",
+    };
+    Some(format!("cores: a cache line between two threads in {} ns ({what})", trips.join(" / ")))
+}
+
 /// The largest cache `/sys` lists for cpu0 (the last level), in bytes.
 pub fn last_level_cache() -> Option<u64> {
     let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
@@ -273,6 +346,25 @@ fn available_memory() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cores_line_tells_the_placement_from_every_trip() {
+        assert_eq!(placement(&[]), None);
+        let together = placement(&[44.2, 47.9]).expect("two trips");
+        assert!(together.starts_with("cores: a cache line between two threads in 44 / 48 ns (cores sharing"));
+        assert!(placement(&[181.0, 176.0]).expect("two trips").contains("without a shared last-level cache"));
+        assert!(placement(&[45.0, 181.0]).expect("two trips").contains("moved"));
+        assert!(placement(&[181.0, 45.0]).expect("two trips").contains("moved"));
+    }
+
+    #[test]
+    fn a_line_trip_is_measured_where_there_are_two_cores() {
+        let two = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
+        match line_trip_ns() {
+            Some(ns) => assert!(two && ns > 0.0 && ns < 1e6, "{ns} ns"),
+            None => assert!(!two),
+        }
+    }
 
     #[test]
     fn cache_sizes_parse_as_sys_writes_them() {
