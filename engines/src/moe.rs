@@ -105,35 +105,27 @@ impl Moe {
                 picks.iter().enumerate().filter_map(|(r, p)| rank_of(p).map(|rank| (r, rank))).collect()
             })
             .collect();
-        let run_routed = || -> Vec<Option<Vec<f32>>> {
-            self.experts
-                .par_iter()
-                .zip(&members)
-                .map(|(expert, members)| {
-                    let xs: Vec<f32> =
-                        members.iter().flat_map(|&(r, _)| x[r * h..(r + 1) * h].iter().copied()).collect();
-                    (!members.is_empty()).then(|| expert.forward(red, &xs, members.len(), h, self.ffn))
-                })
-                .collect()
+        // expert `ei` over its rows (gathered), `None` where it has none
+        let run_expert = |ei: usize| -> Option<Vec<f32>> {
+            let members = &members[ei];
+            let xs: Vec<f32> = members.iter().flat_map(|&(r, _)| x[r * h..(r + 1) * h].iter().copied()).collect();
+            (!members.is_empty()).then(|| self.experts[ei].forward(red, &xs, members.len(), h, self.ffn))
         };
-        let run_shared =
-            || -> Vec<Vec<f32>> { self.shared.par_iter().map(|s| s.forward(red, x, rows, h, self.ffn)).collect() };
+        let run_shared = |s: &Expert| s.forward(red, x, rows, h, self.ffn);
         let (routed_out, shared) = if crate::decode_team::leading() {
             // a decode step's team: the experts that have rows, in even shares (most have none), then the shared
             // ones; the same calls, so the same bits
             let active: Vec<usize> = (0..e).filter(|&ei| !members[ei].is_empty()).collect();
-            let outs = crate::decode_team::map(&active, |&ei| {
-                let xs: Vec<f32> =
-                    members[ei].iter().flat_map(|&(r, _)| x[r * h..(r + 1) * h].iter().copied()).collect();
-                self.experts[ei].forward(red, &xs, members[ei].len(), h, self.ffn)
-            });
             let mut routed_out: Vec<Option<Vec<f32>>> = vec![None; e];
-            for (ei, out) in active.into_iter().zip(outs) {
-                routed_out[ei] = Some(out);
+            for (ei, out) in active.iter().zip(crate::decode_team::map(&active, |&ei| run_expert(ei))) {
+                routed_out[*ei] = out;
             }
-            (routed_out, crate::decode_team::map(&self.shared, |s| s.forward(red, x, rows, h, self.ffn)))
+            (routed_out, crate::decode_team::map(&self.shared, run_shared))
         } else {
-            rayon::join(run_routed, run_shared)
+            rayon::join(
+                || (0..e).into_par_iter().map(run_expert).collect(),
+                || self.shared.par_iter().map(run_shared).collect(),
+            )
         };
         let mut routed: Vec<Vec<f32>> = vec![Vec::new(); rows * self.top_k];
         for (members, ys) in members.iter().zip(&routed_out) {
