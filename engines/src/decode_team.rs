@@ -355,32 +355,69 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_team_kernel_inside_a_team_task_runs_whole() {
-        let sums = run(|| {
-            map(&(0..8u64).collect::<Vec<_>>(), |&k| {
-                let mut v: Vec<u64> = (0..k + 2).collect();
-                for_each_mut(&mut v, |x| *x += k);
-                map(&v, |x| x * 2).into_iter().sum::<u64>()
-            })
-        });
-        for (k, s) in sums.into_iter().enumerate() {
-            let n = k as u64 + 2;
-            assert_eq!(s, 2 * (n * (n - 1) / 2 + n * k as u64));
+    /// Inside `run`: jobs until a held thread has claimed a share, so the next jobs are shared (false on one core).
+    fn a_helper_has_joined() -> bool {
+        let lead = std::thread::current().id();
+        (0..1000).any(|_| {
+            let mut ids = vec![lead; 2];
+            // the lead sits in share 0 long enough for a held thread to claim share 1
+            for_each_mut(&mut ids, |id| {
+                *id = std::thread::current().id();
+                if *id == lead {
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+            });
+            ids.iter().any(|id| *id != lead)
+        })
+    }
+
+    /// Task 0 (the lead's share) waits, at most a second, until task 1 (a held thread's) has run.
+    fn after_the_other(done: &AtomicBool, i: usize) {
+        if i == 0 {
+            let t = std::time::Instant::now();
+            while !done.load(Ordering::Acquire) && t.elapsed().as_secs() < 1 {
+                std::hint::spin_loop();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        } else {
+            done.store(true, Ordering::Release);
         }
     }
 
     #[test]
+    fn a_team_kernel_inside_a_team_task_runs_whole() {
+        // a held thread finishes its share of the outer job first; then the lead, inside its share, starts a kernel:
+        // published over the outer job it would reset the count the lead is about to wait on
+        let sums = run(|| {
+            let shared = a_helper_has_joined();
+            let done = AtomicBool::new(false);
+            let sums = map(&[0usize, 1], |&i| {
+                after_the_other(&done, i);
+                let mut v: Vec<u64> = (0..i as u64 + 2).collect();
+                for_each_mut(&mut v, |x| *x += 1);
+                v.iter().sum::<u64>()
+            });
+            (shared || rayon::current_num_threads() < 2, sums)
+        });
+        assert!(sums.0, "no held thread joined the step");
+        assert_eq!(sums.1, vec![3, 6]);
+    }
+
+    #[test]
     fn a_task_that_panics_on_any_thread_ends_the_step_with_a_panic() {
-        for bad in [0, 1, 31, 32, 63] {
+        for bad in [0usize, 1] {
             let caught = std::panic::catch_unwind(|| {
                 run(|| {
-                    let mut v: Vec<usize> = (0..64).collect();
-                    // enough jobs that the held threads have joined for most of them
-                    for _ in 0..100 {
-                        for_each_mut(&mut v, |x| assert!(*x != bad || bad == 0, "task {bad} fails"));
-                    }
-                    for_each_mut(&mut v, |x| assert_ne!(*x, bad, "task {bad} fails"));
+                    assert!(a_helper_has_joined() || rayon::current_num_threads() < 2, "no held thread joined");
+                    let done = AtomicBool::new(false);
+                    let mut v = vec![0usize, 1];
+                    // task 1 runs on the held thread (task 0 waits for it on the lead)
+                    for_each_mut(&mut v, |i| {
+                        if *i == bad {
+                            panic!("task {bad} fails");
+                        }
+                        after_the_other(&done, *i);
+                    });
                 })
             });
             assert!(caught.is_err(), "task {bad}'s panic was lost");
