@@ -355,10 +355,13 @@ mod tests {
         }
     }
 
-    /// Inside `run`: jobs until a held thread has claimed a share, so the next jobs are shared (false on one core).
+    /// Inside `run`: jobs until a held thread has claimed a share, so the next jobs are shared (false on one core,
+    /// or when none has joined in 30 s). The other threads of the pool may be busy with other tests' rayon work for
+    /// a while before one takes up the held thread's job: a fixed count of 200 µs tries was sometimes too short.
     fn a_helper_has_joined() -> bool {
         let lead = std::thread::current().id();
-        (0..1000).any(|_| {
+        let start = std::time::Instant::now();
+        std::iter::repeat(()).take_while(|_| start.elapsed().as_secs() < 30).any(|_| {
             let mut ids = vec![lead; 2];
             // the lead sits in share 0 long enough for a held thread to claim share 1
             for_each_mut(&mut ids, |id| {
