@@ -34,6 +34,40 @@ pub(super) fn dots<const R: usize, const K: usize>(
     dots_portable::<R, K>(q, keys, chunks, out)
 }
 
+/// Whether `dots_streamed` reads each key start to end for several rows (AVX-512); elsewhere it is `dots`.
+#[inline]
+pub(super) fn streams_rows() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// `dots`, each key read start to end for all `R` rows at once (`dot_tiles_avx512::dots_streamed`) where
+/// `streams_rows`: for a few rows of a matrix in memory, which `dots`' tiles read as `K` short streams. The same
+/// bits as `dots`.
+#[inline]
+pub(super) fn dots_streamed<const R: usize, const K: usize>(
+    q: [&[f32]; R],
+    keys: &[&[f32]],
+    chunks: usize,
+    out: [&mut [f32]; R],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if streams_rows() {
+        let n = chunks * LANES;
+        assert!(keys.len().is_multiple_of(K), "attention tile: keys are not whole tiles");
+        assert!(q.iter().chain(keys).all(|r| r.len() >= n), "attention tile: a row is shorter than its chunks");
+        assert!(out.iter().all(|o| o.len() >= keys.len()), "attention tile: fewer scores than keys");
+        // SAFETY: the CPU has AVX-512F; rows and score rows are long enough (asserted above)
+        #[allow(unsafe_code)]
+        return unsafe { super::dot_tiles_avx512::dots_streamed::<R, K>(q, keys, chunks, out, &[]) };
+    }
+    dots::<R, K>(q, keys, chunks, out, &[])
+}
+
 /// `dots` of `G` kv heads' queries (`Q` a head) over the same keys, a cached row's heads at a time
 /// (`dot_tiles_avx512::dots_heads`): `out[g][q][j] = dot(q[g][q], keys[j][g])` over `C` whole chunks (the tree
 /// included; the rows have no tail). Only for the shapes `attention_tiles::heads_at_once` takes (it asserts that);
@@ -178,6 +212,30 @@ mod tests {
             dots::<1, 16>([&q], &ks, chunks, [&mut simd], &ahead);
             dots_portable::<1, 16>([&q], &ks, chunks, [&mut portable]);
             prop_assert_eq!(simd.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), portable.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        }
+
+        /// Two and four rows read with each key once for all of them (`dots_streamed`: far-apart runs of tiles side
+        /// by side when the keys are long, the tiles left over one by one, short keys one tile at a time): the
+        /// portable bits for every pair, in every row's own place.
+        #[test]
+        fn few_rows_streamed_match_the_portable_dots(
+            chunks in prop_oneof![0usize..4, 16usize..19], tiles in 1usize..14, seed in any::<u64>()
+        ) {
+            let width = chunks * LANES;
+            let (a, b) = (random(4 * width, seed), random(16 * tiles * width, seed ^ 1));
+            let qs: Vec<&[f32]> = (0..4).map(|i| &a[i * width..(i + 1) * width]).collect();
+            let ks: Vec<&[f32]> = (0..16 * tiles).map(|i| &b[i * width..(i + 1) * width]).collect();
+            let n = ks.len();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            let (mut simd, mut portable) = (vec![0.0f32; 4 * n], vec![0.0f32; 4 * n]);
+            let q4: [&[f32]; 4] = std::array::from_fn(|i| qs[i]);
+            dots_streamed::<4, 4>(q4, &ks, chunks, split(&mut simd, n));
+            dots_portable::<4, 4>(q4, &ks, chunks, split(&mut portable, n));
+            prop_assert_eq!(bits(&simd), bits(&portable));
+            let (mut simd, mut portable) = (vec![0.0f32; 2 * n], vec![0.0f32; 2 * n]);
+            dots_streamed::<2, 8>([qs[2], qs[1]], &ks, chunks, split(&mut simd, n));
+            dots_portable::<2, 8>([qs[2], qs[1]], &ks, chunks, split(&mut portable, n));
+            prop_assert_eq!(bits(&simd), bits(&portable));
         }
 
         /// The AVX2 tiles on their own (a machine with AVX-512 runs those instead, but has AVX2 too), with lines to

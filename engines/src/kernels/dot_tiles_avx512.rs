@@ -31,7 +31,7 @@ pub(super) unsafe fn dots<const R: usize, const K: usize>(
     const { assert!(R * K == 16, "a tile is sixteen pairs") };
     if R == 1 {
         // SAFETY: the caller's contract, for the one row
-        return unsafe { dots_one(q[0], keys, chunks, out.into_iter().next().expect("one row"), ahead) };
+        return unsafe { dots_streamed::<R, K>(q, keys, chunks, out, ahead) };
     }
     let tiles = keys.len() / K;
     let lines = ahead.len().div_ceil(LANES);
@@ -75,45 +75,60 @@ pub(super) unsafe fn dots<const R: usize, const K: usize>(
 /// where the limit's xor read 49 GB/s, a 1 x 4096 x 65536 matvec read 51 GB/s as one stream a thread, 53 as two
 /// and 59-61 as four, eight no faster (56); where the xor read about 35, 33, 31, 34 and 34.
 const SEGMENTS: usize = 4;
+/// Runs read side by side when several rows share each key's read: two. Against four, alternating in one process,
+/// two to four rows of 512 x 512 matrices from memory on two threads read 28.8-31.3 GB/s (four: 29.9-30.2) at two
+/// rows, 24.8-27.4 (24.0-25.1) at three and 25.2-27.4 (24.0-25.1) at four; in cache a core's four rows went from
+/// 31.6 to 35.0 GB/s.
+const SEGMENTS_OF_ROWS: usize = 2;
 /// Chunks a key has at least for its tiles to be read as [`SEGMENTS`] runs (rows of 1 KiB): weight rows. One
 /// query's attention scores read short keys at a stride (one kv head's slice of each cached row), where more
 /// streams gained nothing (a decode row's attention at SmolLM2's shapes, one thread: 16.0-16.1 ms one stream,
 /// 16.5 as four).
 const SEGMENTED_CHUNKS: usize = 16;
 
-/// `dots::<1, 16>`: one row against the keys (a decode matvec, one query's scores). Each key is read start to end,
-/// one after the other, a sequential stream the hardware prefetches far ahead (chunk by chunk across a tile's keys
-/// it was sixteen streams of one short row each, and one core read a decode matvec at 13-15 GB/s against 19-27
-/// this way). The tiles are cut into [`SEGMENTS`] runs, and tile `b` of every run is read side by side, key by
-/// key: that many streams, far apart. Each key's lanes are still one chain of fused steps, `c` ascending, and each
-/// tile's sums the same lane trees: the same bits in any grouping.
+/// `dots::<R, K>` with each key read start to end, one after the other, a sequential stream the hardware prefetches
+/// far ahead, and every row's lanes of a key summed on that one read. `dots`' own tiles take a chunk of each of
+/// `K` keys at a time: `K` short streams, which left one core reading a decode matvec at 13-15 GB/s against 19-27
+/// this way, and a 512 x 512 matrix at two rows at 15 GB/s against 22 at one. So a single row (a decode matvec,
+/// one query's scores) always comes here, and a few rows of a matrix in memory (a speculative decode's
+/// verification batch, a mixture's expert with two to four rows) where `block_invariant` asks. The tiles are cut
+/// into [`SEGMENTS`] runs for one row, [`SEGMENTS_OF_ROWS`] for several, and tile `b` of every run is read side by
+/// side, key by key: that many streams, far apart. Each pair's lanes are still one chain of fused steps, `c` ascending, and each tile's pairs the same lane
+/// trees in the same places (`r · K + j`): the bits of `dots` in any grouping.
 ///
 /// # Safety
-/// As `dots`: AVX-512F; every row holds `chunks · 16` f32s, `out` at least `keys.len()`.
+/// As `dots`: AVX-512F; every row holds `chunks · 16` f32s, every `out[r]` at least `keys.len()`, which is a
+/// multiple of `K`.
 #[target_feature(enable = "avx512f")]
-unsafe fn dots_one(q: &[f32], keys: &[&[f32]], chunks: usize, out: &mut [f32], ahead: &[f32]) {
-    let tiles = keys.len() / 16;
-    let run = if tiles >= SEGMENTS && chunks >= SEGMENTED_CHUNKS { tiles / SEGMENTS } else { 0 };
+#[inline(never)]
+pub(super) unsafe fn dots_streamed<const R: usize, const K: usize>(
+    q: [&[f32]; R],
+    keys: &[&[f32]],
+    chunks: usize,
+    out: [&mut [f32]; R],
+    ahead: &[f32],
+) {
+    const { assert!(R * K == 16, "a tile is sixteen pairs") };
+    let tiles = keys.len() / K;
     let mut walk = Walk { q, keys, chunks, out, ahead, lines: ahead.len().div_ceil(LANES), asked: 0, tiles, done: 0 };
-    for b in 0..run {
-        // SAFETY: the caller's contract; the tiles are inside `keys`
-        unsafe { walk.side_by_side::<SEGMENTS>(std::array::from_fn(|s| s * run + b)) };
-    }
-    for b in SEGMENTS * run..tiles {
-        // SAFETY: as above
-        unsafe { walk.side_by_side::<1>([b]) };
+    // SAFETY: the caller's contract
+    unsafe {
+        match R {
+            1 => walk.all::<K, SEGMENTS>(),
+            _ => walk.all::<K, SEGMENTS_OF_ROWS>(),
+        }
     }
     while walk.asked < walk.lines {
         ask(ahead, &mut walk.asked, walk.lines);
     }
 }
 
-/// A single row's walk over its keys' tiles, and its lines of `ahead` asked so far.
-struct Walk<'a> {
-    q: &'a [f32],
+/// `R` rows' walk over their keys' tiles (of `16 / R` keys), and its lines of `ahead` asked so far.
+struct Walk<'a, const R: usize> {
+    q: [&'a [f32]; R],
     keys: &'a [&'a [f32]],
     chunks: usize,
-    out: &'a mut [f32],
+    out: [&'a mut [f32]; R],
     ahead: &'a [f32],
     lines: usize,
     asked: usize,
@@ -121,40 +136,77 @@ struct Walk<'a> {
     done: usize,
 }
 
-impl Walk<'_> {
-    /// Tiles `at` (of sixteen keys each), their keys `j` side by side, `j` ascending; the asks spread over the
-    /// keys, up to the share of the tiles done.
+impl<const R: usize> Walk<'_, R> {
+    /// Every tile, cut into `S` runs read side by side where the keys are long enough (the tiles left over one
+    /// at a time).
     ///
     /// # Safety
-    /// AVX-512F; every row holds `chunks · 16` f32s; every tile of `at` lies inside `keys`, and `out` holds its
-    /// scores.
+    /// As `side_by_side`, for every tile of `keys`.
     #[target_feature(enable = "avx512f")]
-    unsafe fn side_by_side<const S: usize>(&mut self, at: [usize; S]) {
+    unsafe fn all<const K: usize, const S: usize>(&mut self) {
+        let tiles = self.tiles;
+        let run = if tiles >= S && self.chunks >= SEGMENTED_CHUNKS { tiles / S } else { 0 };
+        for b in 0..run {
+            // SAFETY: the caller's contract; the tiles are inside `keys`
+            unsafe { self.side_by_side::<K, S>(std::array::from_fn(|s| s * run + b)) };
+        }
+        for b in S * run..tiles {
+            // SAFETY: as above
+            unsafe { self.side_by_side::<K, 1>([b]) };
+        }
+    }
+
+    /// Tiles `at` (of `K` keys each), their keys `j` side by side, `j` ascending, each key's chunk loaded once for
+    /// all `R` rows; the asks spread over the keys, up to the share of the tiles done.
+    ///
+    /// # Safety
+    /// AVX-512F; `R · K = 16`; every row holds `chunks · 16` f32s; every tile of `at` lies inside `keys`, and each
+    /// `out[r]` holds its scores.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn side_by_side<const K: usize, const S: usize>(&mut self, at: [usize; S]) {
         self.done += S;
         let upto = self.done * self.lines / self.tiles;
-        let (q, chunks) = (self.q.as_ptr(), self.chunks);
+        let chunks = self.chunks;
+        let q = self.q.map(<[f32]>::as_ptr);
         // SAFETY (every load below): `c < chunks` and every row holds `chunks` chunks of `LANES` f32s; unaligned
         let load = |p: *const f32, c: usize| unsafe { _mm512_loadu_ps(p.add(c * LANES)) };
-        // [key][tile]: each key's lane sums in its tile
+        // [pair r · K + j][tile]: each pair's lane sums in its tile
         let mut sums = [[_mm512_setzero_ps(); S]; 16];
-        for (j, key_sums) in sums.iter_mut().enumerate() {
+        for j in 0..K {
             for _ in 0..S * chunks.div_ceil(16) {
                 ask(self.ahead, &mut self.asked, upto);
             }
-            let kp: [*const f32; S] = std::array::from_fn(|s| self.keys[16 * at[s] + j].as_ptr());
+            let kp: [*const f32; S] = std::array::from_fn(|s| self.keys[K * at[s] + j].as_ptr());
+            let mut acc = [[_mm512_setzero_ps(); S]; R];
             for c in 0..chunks {
-                let qv = load(q, c);
-                for (a, p) in key_sums.iter_mut().zip(kp) {
-                    *a = _mm512_fmadd_ps(qv, load(p, c), *a);
+                let kv: [__m512; S] = kp.map(|p| load(p, c));
+                for (row, p) in acc.iter_mut().zip(q) {
+                    let qv = load(p, c);
+                    for (a, k) in row.iter_mut().zip(kv) {
+                        *a = _mm512_fmadd_ps(qv, k, *a);
+                    }
                 }
+            }
+            for (r, row) in acc.into_iter().enumerate() {
+                sums[r * K + j] = row;
             }
         }
         while self.asked < upto {
             ask(self.ahead, &mut self.asked, upto);
         }
         for (s, &b) in at.iter().enumerate() {
-            // SAFETY: `out` holds the scores of every key; this tile's at `16 b..16 b + 16`
-            unsafe { _mm512_storeu_ps(self.out.as_mut_ptr().add(16 * b), lane_trees(sums.map(|k| k[s]))) };
+            let trees = lane_trees(sums.map(|k| k[s]));
+            if R == 1 {
+                // SAFETY: `out[0]` holds the scores of every key; this tile's at `16 b..16 b + 16`
+                unsafe { _mm512_storeu_ps(self.out[0].as_mut_ptr().add(16 * b), trees) };
+                continue;
+            }
+            let mut t = [0.0f32; 16];
+            // SAFETY: `t` holds 16 f32s
+            unsafe { _mm512_storeu_ps(t.as_mut_ptr(), trees) };
+            for (o, pairs) in self.out.iter_mut().zip(t.chunks_exact(K)) {
+                o[K * b..K * (b + 1)].copy_from_slice(pairs);
+            }
         }
     }
 }
