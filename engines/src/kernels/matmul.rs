@@ -685,6 +685,52 @@ pub fn matmul_with_tail(
     }
 }
 
+/// Several matmuls of one input width in `Reduction::Invariant`'s order, side by side: each job `(x, w, y)` is
+/// `y = x · wᵀ` over its own rows. Every matrix is cut into the column blocks `matmul_with` would give it, and all
+/// the blocks go to the pool at once (a decode step's team where this thread leads one): a mixture's active experts,
+/// a few rows each, then share their reading evenly between the threads instead of one expert a thread. Each `y`
+/// is bitwise what `matmul_with(Reduction::Invariant, ..)` gives it alone.
+pub fn matmuls_invariant(in_dim: usize, jobs: &mut [(&[f32], &[f32], &mut [f32])]) {
+    let threads = rayon::current_num_threads();
+    let mut blocks: Vec<(usize, &[f32])> = Vec::new();
+    let mut pers = Vec::with_capacity(jobs.len());
+    let (xs, ws): (Vec<&[f32]>, Vec<&[f32]>) = jobs.iter().map(|(x, w, _)| (*x, *w)).unzip();
+    for (m, (_, _, y)) in jobs.iter_mut().enumerate() {
+        let (x, w) = (xs[m], ws[m]);
+        let rows = x.len() / in_dim.max(1);
+        let out_dim = w.len() / in_dim.max(1);
+        assert_eq!(x.len(), rows * in_dim, "matmul: x is not rows x in");
+        assert_eq!(w.len(), out_dim * in_dim, "matmul: w is not out x in");
+        assert_eq!(y.len(), rows * out_dim, "matmul: y is not rows x out");
+        super::work::count(2 * rows * out_dim * in_dim, 4 * out_dim * in_dim);
+        if in_dim == 0 || out_dim == 0 || rows == 0 {
+            y.fill(0.0); // every dot product is empty: the fixed sum of zero lanes
+            pers.push(1);
+            continue;
+        }
+        let task_work = if rows < 4 { DECODE_TASK_WORK } else { TASK_WORK };
+        let tasks = (rows * out_dim * in_dim / task_work).clamp(1, 4 * threads);
+        let per = out_dim.div_ceil(tasks).next_multiple_of(16);
+        pers.push(per);
+        blocks.extend(w.chunks(per * in_dim).map(|wb| (m, wb)));
+    }
+    let parts: Vec<Vec<f32>> = crate::decode_team::map(&blocks, |&(m, wb)| {
+        let x = xs[m];
+        let n = wb.len() / in_dim;
+        let mut out = vec![0.0; x.len() / in_dim * n];
+        block_invariant(x, wb, in_dim, &mut out, n);
+        out
+    });
+    let mut start = 0;
+    for (m, (_, _, y)) in jobs.iter_mut().enumerate() {
+        let count = blocks[start..].iter().take_while(|(bm, _)| *bm == m).count();
+        if count > 0 {
+            place_column_blocks(&parts[start..start + count], xs[m].len() / in_dim, pers[m], y, ws[m].len() / in_dim);
+        }
+        start += count;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1001,6 +1047,30 @@ mod tests {
                 assert_eq!(crate::decode_team::run(run), want, "{rows} x {in_dim} x {out_dim} inside a step");
             }
         }
+    }
+
+    /// Several matmuls side by side (`matmuls_invariant`), each with its own rows (none, one, a few, many) and
+    /// matrix: each output is bitwise its own matmul alone, inside a decode step's team and outside.
+    #[test]
+    fn side_by_side_matmuls_give_each_its_own_bits() {
+        let in_dim = 96;
+        let shapes = [(0usize, 40usize), (1, 700), (2, 64), (3, 33), (7, 128), (40, 48)];
+        let xs: Vec<Vec<f32>> = shapes.iter().map(|&(r, o)| random(r * in_dim, (r * 31 + o) as u64)).collect();
+        let ws: Vec<Vec<f32>> = shapes.iter().map(|&(r, o)| random(o * in_dim, (r + o * 7) as u64)).collect();
+        let want: Vec<Vec<u32>> = xs.iter().zip(&ws).map(|(x, w)| dot_bits(x, w, in_dim)).collect();
+        let run = || {
+            let mut ys: Vec<Vec<f32>> = shapes.iter().map(|&(r, o)| vec![f32::NAN; r * o]).collect();
+            let mut jobs: Vec<(&[f32], &[f32], &mut [f32])> = xs
+                .iter()
+                .zip(&ws)
+                .zip(&mut ys)
+                .map(|((x, w), y)| (x.as_slice(), w.as_slice(), y.as_mut_slice()))
+                .collect();
+            matmuls_invariant(in_dim, &mut jobs);
+            ys.iter().map(|y| y.iter().map(|v| v.to_bits()).collect()).collect::<Vec<Vec<u32>>>()
+        };
+        assert_eq!(run(), want, "outside a step");
+        assert_eq!(crate::decode_team::run(run), want, "inside a step");
     }
 
     #[test]

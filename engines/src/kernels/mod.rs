@@ -45,7 +45,7 @@ pub use activation::{silu, softmax_in_place, softmax_scaled};
 pub use ask_rows::ask_rows;
 pub use attention::{attend, attend_many, push_dots, softmax_parts, weighted_sum, Scores};
 pub use exp::exp;
-pub use matmul::{dot, matmul, matmul_with, matmul_with_tail, LANES};
+pub use matmul::{dot, matmul, matmul_with, matmul_with_tail, matmuls_invariant, LANES};
 pub use norm::rms_norm;
 pub use quant::{dequantize_row, f16_to_f32, qmatmul, qmatmul_each, QBytes, QMatrix, QType, QK};
 pub use rope::{angles as rope_angles, Rope};
