@@ -387,23 +387,51 @@ mod tests {
         }
     }
 
+    /// Waits, at most a second, until `flag` is set.
+    fn wait_for(flag: &AtomicBool) {
+        let t = std::time::Instant::now();
+        while !flag.load(Ordering::Acquire) && t.elapsed().as_secs() < 1 {
+            std::hint::spin_loop();
+        }
+    }
+
     #[test]
     fn a_team_kernel_inside_a_team_task_runs_whole() {
-        // a held thread finishes its share of the outer job first; then the lead, inside its share, starts a kernel:
-        // published over the outer job it would reset the count the lead is about to wait on
+        // The interleaving a kernel published over the job it is part of gets wrong: the held thread runs outer
+        // task 1 while the lead, in outer task 0, starts an inner kernel; the held thread finishes task 1 after
+        // that publish (counting a finished share into the inner job's count) and claims inner item 1, which is
+        // slow. Published over the outer job, the inner kernel would take that count as its item 1's and return
+        // before item 1 is written. Run inside tasks as it must be (through rayon), every flag wait below times out
+        // or is met, and the sums are whole.
+        let (outer_started, inner_started, item_started) =
+            (AtomicBool::new(false), AtomicBool::new(false), AtomicBool::new(false));
         let sums = run(|| {
             let shared = a_helper_has_joined();
-            let done = AtomicBool::new(false);
             let sums = map(&[0usize, 1], |&i| {
-                after_the_other(&done, i);
-                let mut v: Vec<u64> = (0..i as u64 + 2).collect();
-                for_each_mut(&mut v, |x| *x += 1);
+                if i == 1 {
+                    outer_started.store(true, Ordering::Release);
+                    wait_for(&inner_started);
+                    return 1;
+                }
+                wait_for(&outer_started);
+                let mut v: Vec<u64> = vec![0, 0];
+                for_each_mut(&mut v, |x| {
+                    if inner_started.swap(true, Ordering::AcqRel) {
+                        // the second item: slow, so a lead that does not wait for it reads it unwritten
+                        item_started.store(true, Ordering::Release);
+                        std::thread::sleep(std::time::Duration::from_millis(50));
+                        *x = 20;
+                    } else {
+                        wait_for(&item_started);
+                        *x = 10;
+                    }
+                });
                 v.iter().sum::<u64>()
             });
             (shared || rayon::current_num_threads() < 2, sums)
         });
         assert!(sums.0, "no held thread joined the step");
-        assert_eq!(sums.1, vec![3, 6]);
+        assert_eq!(sums.1, vec![30, 1]);
     }
 
     #[test]
