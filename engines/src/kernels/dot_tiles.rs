@@ -15,10 +15,7 @@ pub(super) fn dots<const R: usize, const K: usize>(
     out: [&mut [f32]; R],
     ahead: &[f32],
 ) {
-    let n = chunks * LANES;
-    assert!(keys.len().is_multiple_of(K), "attention tile: keys are not whole tiles");
-    assert!(q.iter().chain(keys).all(|r| r.len() >= n), "attention tile: a row is shorter than its chunks");
-    assert!(out.iter().all(|o| o.len() >= keys.len()), "attention tile: fewer scores than keys");
+    assert_tile::<K>(&q, keys, chunks, &out);
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512f") {
         // SAFETY: the CPU has AVX-512F; rows and score rows are long enough (asserted above)
@@ -32,6 +29,15 @@ pub(super) fn dots<const R: usize, const K: usize>(
         return unsafe { super::dot_tiles_avx2::dots::<R, K>(q, keys, chunks, out, ahead) };
     }
     dots_portable::<R, K>(q, keys, chunks, out)
+}
+
+/// The shapes a tile of `dots` reads and writes: whole tiles of `K` keys, every row at least `chunks` chunks long,
+/// a score for every key in each row of `out`.
+fn assert_tile<const K: usize>(q: &[&[f32]], keys: &[&[f32]], chunks: usize, out: &[&mut [f32]]) {
+    let n = chunks * LANES;
+    assert!(keys.len().is_multiple_of(K), "attention tile: keys are not whole tiles");
+    assert!(q.iter().chain(keys).all(|r| r.len() >= n), "attention tile: a row is shorter than its chunks");
+    assert!(out.iter().all(|o| o.len() >= keys.len()), "attention tile: fewer scores than keys");
 }
 
 /// Whether `dots_streamed` reads each key start to end for several rows (AVX-512); elsewhere it is `dots`.
@@ -57,10 +63,7 @@ pub(super) fn dots_streamed<const R: usize, const K: usize>(
 ) {
     #[cfg(target_arch = "x86_64")]
     if streams_rows() {
-        let n = chunks * LANES;
-        assert!(keys.len().is_multiple_of(K), "attention tile: keys are not whole tiles");
-        assert!(q.iter().chain(keys).all(|r| r.len() >= n), "attention tile: a row is shorter than its chunks");
-        assert!(out.iter().all(|o| o.len() >= keys.len()), "attention tile: fewer scores than keys");
+        assert_tile::<K>(&q, keys, chunks, &out);
         // SAFETY: the CPU has AVX-512F; rows and score rows are long enough (asserted above)
         #[allow(unsafe_code)]
         return unsafe { super::dot_tiles_avx512::dots_streamed::<R, K>(q, keys, chunks, out, &[]) };
