@@ -673,14 +673,7 @@ pub fn matmul_with_tail(
             let mut tasks: Vec<(&[f32], &mut [f32])> = w.chunks(per * in_dim).zip(y.chunks_mut(per)).collect();
             crate::decode_team::for_each_mut(&mut tasks, |(wb, yb)| block_invariant(x, wb, in_dim, yb, yb.len()));
         } else {
-            let blocks: Vec<&[f32]> = w.chunks(per * in_dim).collect();
-            let parts: Vec<Vec<f32>> = crate::decode_team::map(&blocks, |wb| {
-                let n = wb.len() / in_dim;
-                let mut out = vec![0.0; rows * n];
-                block_invariant(x, wb, in_dim, &mut out, n);
-                out
-            });
-            place_column_blocks(&parts, rows, per, y, out_dim);
+            column_blocks_side_by_side(in_dim, &mut [(x, w, y)]);
         }
     }
 }
@@ -691,6 +684,17 @@ pub fn matmul_with_tail(
 /// a few rows each, then share their reading evenly between the threads instead of one expert a thread. Each `y`
 /// is bitwise what `matmul_with(Reduction::Invariant, ..)` gives it alone.
 pub fn matmuls_invariant(in_dim: usize, jobs: &mut [(&[f32], &[f32], &mut [f32])]) {
+    for (x, w, _) in jobs.iter() {
+        let (rows, out_dim) = (x.len() / in_dim.max(1), w.len() / in_dim.max(1));
+        super::work::count(2 * rows * out_dim * in_dim, 4 * out_dim * in_dim);
+    }
+    column_blocks_side_by_side(in_dim, jobs);
+}
+
+/// `matmuls_invariant` without counting the work (`matmul_with_tail`'s few-row path, which has counted it): every
+/// matrix cut into the column blocks of `DECODE_TASK_WORK` (fewer than four rows) or `TASK_WORK`, at most four a
+/// thread, all of them through the team (or rayon outside a step), each block's outputs placed in its job's `y`.
+fn column_blocks_side_by_side(in_dim: usize, jobs: &mut [(&[f32], &[f32], &mut [f32])]) {
     let threads = rayon::current_num_threads();
     let mut blocks: Vec<(usize, &[f32])> = Vec::new();
     let mut pers = Vec::with_capacity(jobs.len());
@@ -702,7 +706,6 @@ pub fn matmuls_invariant(in_dim: usize, jobs: &mut [(&[f32], &[f32], &mut [f32])
         assert_eq!(x.len(), rows * in_dim, "matmul: x is not rows x in");
         assert_eq!(w.len(), out_dim * in_dim, "matmul: w is not out x in");
         assert_eq!(y.len(), rows * out_dim, "matmul: y is not rows x out");
-        super::work::count(2 * rows * out_dim * in_dim, 4 * out_dim * in_dim);
         if in_dim == 0 || out_dim == 0 || rows == 0 {
             y.fill(0.0); // every dot product is empty: the fixed sum of zero lanes
             pers.push(1);
