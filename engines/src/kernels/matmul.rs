@@ -101,8 +101,13 @@ pub(super) fn block_invariant(x: &[f32], w: &[f32], in_dim: usize, y: &mut [f32]
     }
     let chunks = in_dim / LANES;
     let xrow = |r: usize| &x[r * in_dim..(r + 1) * in_dim];
+    let mut wrows: Vec<&[f32]> = w.chunks_exact(in_dim).collect();
+    // whole tiles of weight rows: past the last weight row, repeat it (the extra results are dropped)
+    let last = wrows[cols - 1];
+    wrows.resize(cols.next_multiple_of(16), last);
+    let mut scratch = vec![0.0f32; 4 * 16];
     if (2..=4).contains(&rows) && super::dot_tiles::streams_rows() {
-        return few_rows_streamed(x, w, in_dim, y, y_stride);
+        return few_rows_streamed(x, in_dim, &wrows, cols, y, y_stride, &mut scratch);
     }
     let quads = rows / 4;
     let pair = rows % 4 >= 2;
@@ -110,11 +115,6 @@ pub(super) fn block_invariant(x: &[f32], w: &[f32], in_dim: usize, y: &mut [f32]
     let passes = quads + usize::from(pair) + usize::from(single);
     // a single row reuses no weights: all of them in one walk (whose tiles the kernel reads far apart, side by side)
     let tile = if rows == 1 { cols.next_multiple_of(16) } else { (TILE_BYTES / (in_dim * 4)).max(16) & !15 };
-    let mut wrows: Vec<&[f32]> = w.chunks_exact(in_dim).collect();
-    // whole tiles of weight rows: past the last weight row, repeat it (the extra results are dropped)
-    let last = wrows[cols - 1];
-    wrows.resize(cols.next_multiple_of(16), last);
-    let mut scratch = vec![0.0f32; 4 * 16];
     for t0 in (0..cols).step_by(tile) {
         let t1 = (t0 + tile).min(cols);
         let ws = &wrows[t0..t1.next_multiple_of(16)];
@@ -158,19 +158,23 @@ fn out_rows<const N: usize>(y: &mut [f32], r: usize, y_stride: usize, cols: std:
 /// on two threads inside a decode step, 256 MiB of such matrices, the two walks alternating three times in one
 /// process: 25.0-25.8 GB/s → 28.7-29.6 at two rows, 21.0-21.7 → 23.4-24.5 at three, 24.4-25.0 → 24.5-25.2 at
 /// four; glm53's bench decode (verification batches of two rows, mostly) 114.9-117.8 → 122.8-130.3 tok/s. Every
-/// element is `dot`'s bits as before.
-fn few_rows_streamed(x: &[f32], w: &[f32], in_dim: usize, y: &mut [f32], y_stride: usize) {
+/// element is `dot`'s bits as before. `wrows` are `block_invariant`'s weight rows padded to whole tiles, the first
+/// `cols` of them real.
+fn few_rows_streamed(
+    x: &[f32],
+    in_dim: usize,
+    wrows: &[&[f32]],
+    cols: usize,
+    y: &mut [f32],
+    y_stride: usize,
+    scratch: &mut [f32],
+) {
     let rows = x.len() / in_dim;
-    let cols = w.len() / in_dim;
     let chunks = in_dim / LANES;
     let xrow = |r: usize| &x[r.min(rows - 1) * in_dim..(r.min(rows - 1) + 1) * in_dim];
-    let mut wrows: Vec<&[f32]> = w.chunks_exact(in_dim).collect();
-    let last = wrows[cols - 1];
-    wrows.resize(cols.next_multiple_of(16), last);
-    let mut scratch = vec![0.0f32; 4 * 16];
     if rows == 2 {
         let out = out_rows::<2>(y, 0, y_stride, 0..cols);
-        return dots_rows::<2, 8>([xrow(0), xrow(1)], &wrows, chunks, out, &mut scratch, None);
+        return dots_rows::<2, 8>([xrow(0), xrow(1)], wrows, chunks, out, scratch, None);
     }
     let mut dropped = vec![0.0f32; cols];
     let out: [&mut [f32]; 4] = if rows == 4 {
@@ -179,7 +183,7 @@ fn few_rows_streamed(x: &[f32], w: &[f32], in_dim: usize, y: &mut [f32], y_strid
         let [a, b, c] = out_rows::<3>(y, 0, y_stride, 0..cols);
         [a, b, c, &mut dropped]
     };
-    dots_rows::<4, 4>(std::array::from_fn(xrow), &wrows, chunks, out, &mut scratch, None);
+    dots_rows::<4, 4>(std::array::from_fn(xrow), wrows, chunks, out, scratch, None);
 }
 
 /// `out[r][j] = dot(x[r], w[j])` for the weight rows `w` (padded to whole tiles of `K`; `out[r]` holds the
