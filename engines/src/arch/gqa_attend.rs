@@ -170,8 +170,8 @@ const SPAN_CHUNKS: usize = 2;
 /// A decode step's attention (one row) over a long context, in three parallel passes: scores over blocks of keys
 /// of every kv head, the softmax per kv head, then the weighted sums per `SPAN_CHUNKS` chunks of output columns
 /// of every kv head. One task per kv head would leave a core idle whenever there are fewer kv heads than cores,
-/// or not a multiple of them, each reading its head's whole key and value sequence alone. A block's keys are asked
-/// for (`ask_rows`) before they are scored: at SmolLM2's shapes over 2048 positions (30 layers' caches, from DRAM)
+/// or not a multiple of them, each reading its head's whole key and value sequence alone. Where each kv head is
+/// scored on its own, a block's keys are asked for (`ask_rows`) before they are scored: at SmolLM2's shapes over 2048 positions (30 layers' caches, from DRAM)
 /// a decode row took 8.3-8.8 ms without and 7.9-8.0 with, the GGUF engine's decode at 2048 positions 66.9-85.2
 /// tok/s without and 89.3-93.1 with (two alternations). Asking for a pass-3 task's value columns the same way was
 /// slower (9.6-10.0 ms). Where a kernel folds several kv heads at once (`Scores::heads_at_once`), pass 3 takes
@@ -202,11 +202,16 @@ fn attend_one_row<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: &[P], att:
         })
         .collect();
     let every_query: Vec<&[f32]> = (0..kv_heads).flat_map(queries).collect();
+    let heads_at_once = Scores::heads_at_once(group, hd).is_some_and(|most| kv_heads <= most);
     let pieces: Vec<Vec<Scores>> = crate::decode_team::map(&blocks, |(k, b)| {
         // the block's keys asked for before scoring: a kv head scored on its own reads a slice of every row, at
-        // the row's stride, which the hardware prefetchers do not run ahead of (with the heads scored a row at
-        // a time, `Scores::heads_at_once`, the asks measured about even: kept for one rule)
-        ask_rows(b.clone().flat_map(|p| (0..kv_heads).map(move |g| parts[*k].kv(g, p).0)));
+        // the row's stride, which the hardware prefetchers do not run ahead of. Where every head is scored a row
+        // at a time (`Scores::heads_at_once`) the kernel asks for each row a few rows ahead itself, and the block's
+        // asks up front only cost their gathering (SmolLM2's decode at 2048 positions: 122.0-128.5 tok/s with
+        // them, 126.1-133.6 without, six alternations)
+        if !heads_at_once {
+            ask_rows(b.clone().flat_map(|p| (0..kv_heads).map(move |g| parts[*k].kv(g, p).0)));
+        }
         Scores::dots_of_heads(&every_query, group, b.clone(), |g, p| parts[*k].kv(g, p).0)
     });
     // each (kv head, part)'s blocks joined, in order

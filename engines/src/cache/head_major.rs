@@ -29,6 +29,7 @@ impl HeadMajorCache {
     }
 
     /// Kv head `g`'s row of position `pos`.
+    #[inline]
     pub fn get(&self, g: usize, pos: usize) -> &[f32] {
         self.heads[g].row(pos)
     }

@@ -34,6 +34,7 @@ impl Rows {
         self.meta.is_empty()
     }
 
+    #[inline]
     pub fn row(&self, i: usize) -> &[f32] {
         &self.data[i * self.width..(i + 1) * self.width]
     }
