@@ -82,7 +82,8 @@ for k in 1 2; do
   [ -s "$tmp/sharded/nightly-shard-$k-of-2/results.jsonl" ] || fail "shard $k/2 wrote no results"
 done
 [ ! -e "$tmp/sharded/history" ] || fail "a shard recorded history (only the merge should)"
-KVPROOF_REPORTS="$tmp/sharded" KVPROOF_MERGE="$tmp/sharded/nightly-shard-1-of-2 $tmp/sharded/nightly-shard-2-of-2" \
+# the folders one a line, as `ls -d` prints them (the workflow passes them separated by spaces)
+KVPROOF_REPORTS="$tmp/sharded" KVPROOF_MERGE="$(ls -d "$tmp"/sharded/nightly-shard-*)" \
   bash ci/nightly.sh >"$tmp/merge.log" 2>&1 || fail "the merge exited $? (expected 0): $(tail -20 "$tmp/merge.log")"
 merged=$(run_folder "$tmp/sharded")
 head -1 "$merged/summary.md" | grep -q ': PASS$' || fail "the merged summary does not say PASS"

@@ -16,8 +16,9 @@
 #
 # Sharded (ci/workflows/nightly.yml runs it so): KVPROOF_SHARD=K/N runs only shard K of N into
 # reports/nightly-shard-K-of-N/ and stops there (no history: a shard is a part of the run); KVPROOF_MERGE="DIR..."
-# then combines the N shard folders with `kvproof merge` into reports/nightly-<time>/ instead of running anything,
-# and records that folder in the history as an unsharded run would be. With neither set the whole set runs here.
+# (separated by spaces or newlines, as `ls -d` prints them) then combines the N shard folders with `kvproof merge`
+# into reports/nightly-<time>/ instead of running anything, and records that folder in the history as an unsharded
+# run would be. With neither set the whole set runs here.
 #
 # Exit status: that of `kvproof run` (0 pass, 1 a check or assertion failed, 2 input error); a failure to record
 # the history, a surviving fault or a stale kill map is reported and turns a passing run into exit 1. The whole
@@ -29,7 +30,8 @@ cd "$(dirname "$0")/.."
 source ci/prepare-run.sh
 run_dir="$reports/nightly-$stamp"
 history_dir="$reports/history"
-read -r -a scenarios <<<"${KVPROOF_NIGHTLY:-scenarios/nightly}"
+# words split on any whitespace, newlines included (`$(ls -d ...)` gives one folder a line)
+read -r -d '' -a scenarios <<<"${KVPROOF_NIGHTLY:-scenarios/nightly}" || true
 label=${KVPROOF_LABEL:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 
 jobs=()
@@ -46,7 +48,7 @@ if [ -n "${KVPROOF_SHARD:-}" ]; then
   echo "nightly: shard $KVPROOF_SHARD took $((SECONDS - start))s; folder $shard_dir (merge it with the others)"
   exit "$status"
 elif [ -n "${KVPROOF_MERGE:-}" ]; then
-  read -r -a shard_dirs <<<"$KVPROOF_MERGE"
+  read -r -d '' -a shard_dirs <<<"$KVPROOF_MERGE" || true
   "$kvproof" merge "${shard_dirs[@]}" --out "$run_dir" || status=$?
 else
   "$kvproof" run "${scenarios[@]}" "${jobs[@]}" --out "$run_dir" || status=$?
