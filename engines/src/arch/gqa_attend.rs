@@ -171,9 +171,9 @@ const SPAN_CHUNKS: usize = 2;
 /// of every kv head, the softmax per kv head, then the weighted sums per `SPAN_CHUNKS` chunks of output columns
 /// of every kv head. One task per kv head would leave a core idle whenever there are fewer kv heads than cores,
 /// or not a multiple of them, each reading its head's whole key and value sequence alone. Where each kv head is
-/// scored on its own, a block's keys are asked for (`ask_rows`) before they are scored: at SmolLM2's shapes over 2048 positions (30 layers' caches, from DRAM)
-/// a decode row took 8.3-8.8 ms without and 7.9-8.0 with, the GGUF engine's decode at 2048 positions 66.9-85.2
-/// tok/s without and 89.3-93.1 with (two alternations). Asking for a pass-3 task's value columns the same way was
+/// scored on its own, a block's keys are asked for (`ask_rows`) before they are scored: at SmolLM2's shapes over
+/// 2048 positions (30 layers' caches, from DRAM) a decode row took 8.3-8.8 ms without and 7.9-8.0 with, the GGUF
+/// engine's decode at 2048 positions 66.9-85.2 tok/s without and 89.3-93.1 with (two alternations). Asking for a pass-3 task's value columns the same way was
 /// slower (9.6-10.0 ms). Where a kernel folds several kv heads at once (`Scores::heads_at_once`), pass 3 takes
 /// runs of kv heads instead of (head, columns) pairs: a run reads its heads' share of each value row at once, where a
 /// (head, columns) task read two lines of each 768-byte row at its stride, which one core read at 7-8 GB/s against
@@ -202,7 +202,7 @@ fn attend_one_row<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: &[P], att:
         })
         .collect();
     let every_query: Vec<&[f32]> = (0..kv_heads).flat_map(queries).collect();
-    let heads_at_once = Scores::heads_at_once(group, hd).is_some_and(|most| kv_heads <= most);
+    let heads_at_once = Scores::scores_heads_at_once(kv_heads, group, hd);
     let pieces: Vec<Vec<Scores>> = crate::decode_team::map(&blocks, |(k, b)| {
         // the block's keys asked for before scoring: a kv head scored on its own reads a slice of every row, at
         // the row's stride, which the hardware prefetchers do not run ahead of. Where every head is scored a row

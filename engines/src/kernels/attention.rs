@@ -114,7 +114,7 @@ impl Scores {
         let heads = queries.len() / group.max(1);
         assert_eq!(heads * group, queries.len(), "attention scores: queries are not whole groups");
         let width = queries.first().map_or(0, |q| q.len());
-        if Scores::heads_at_once(group, width).is_some_and(|most| heads <= most) && !range.is_empty() {
+        if Scores::scores_heads_at_once(heads, group, width) && !range.is_empty() {
             return Scores::dots_of_heads_at_once(queries, group, range, key);
         }
         if group != 3 || !takes_dots_three(width, &range) {
@@ -301,6 +301,12 @@ impl Scores {
             return None;
         }
         super::attention_tiles::heads_at_once(group, width / LANES)
+    }
+
+    /// Whether `dots_of_heads` scores `heads` kv heads of `group` queries of `width` a key row at a time (every
+    /// head's queries against a row's heads at once) over a non-empty range, rather than head by head.
+    pub fn scores_heads_at_once(heads: usize, group: usize, width: usize) -> bool {
+        Scores::heads_at_once(group, width).is_some_and(|most| heads <= most)
     }
 
     /// `add_weighted` of several kv heads at once: `heads[g]` weighs kv head `g`'s values `value(g, j)` into
