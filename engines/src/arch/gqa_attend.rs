@@ -167,24 +167,24 @@ const KEY_SPLIT: usize = 256;
 /// two or more tasks to give every core work.
 const SPAN_CHUNKS: usize = 2;
 
-/// A decode step's attention (one row) over a long context, in three parallel passes: scores over blocks of keys
-/// of every kv head, the softmax per kv head, then the weighted sums per `SPAN_CHUNKS` chunks of output columns
-/// of every kv head. One task per kv head would leave a core idle whenever there are fewer kv heads than cores,
-/// or not a multiple of them, each reading its head's whole key and value sequence alone. Where each kv head is
-/// scored on its own, a block's keys are asked for (`ask_rows`) before they are scored: at SmolLM2's shapes over
-/// 2048 positions (30 layers' caches, from DRAM) a decode row took 8.3-8.8 ms without and 7.9-8.0 with, the GGUF
-/// engine's decode at 2048 positions 66.9-85.2 tok/s without and 89.3-93.1 with (two alternations). Asking for a pass-3 task's value columns the same way was
-/// slower (9.6-10.0 ms). Where a kernel folds several kv heads at once (`Scores::heads_at_once`), pass 3 takes
-/// runs of kv heads instead of (head, columns) pairs: a run reads its heads' share of each value row at once, where a
-/// (head, columns) task read two lines of each 768-byte row at its stride, which one core read at 7-8 GB/s against
-/// 27 for whole rows. The same decode row: 7.6-8.0 ms by (head, columns), 7.2-7.3 by runs; over 512 positions
-/// 1.39-1.52 against 1.29-1.31 (three alternations). Pass 1 on those shapes scores every kv head a key row at a
-/// time too (`Scores::dots_of_heads`): over 2048 positions 7.2-7.3 → 6.1-6.2 ms, over 512 1.11-1.16 → 1.07-1.13
-/// (three alternations). Where the kv heads are stored one after another (`HeadMajorCache`), pass 3 takes even runs
-/// of 16-column chunks instead, one a core, a run crossing heads (`Scores::add_weighted_units`): the same decode row
-/// over a head-by-head cache took 5.2 ms by runs of whole heads (two and one), 4.6-4.7 by even runs (two
-/// alternations). Every output is bitwise what that path gives:
-/// each score is `dot`, and each column is folded over the same values in the same order.
+/// A decode step's attention (one row) over a long context, in three parallel passes: scores over blocks of keys of
+/// every kv head, the softmax per kv head, then the weighted sums per `SPAN_CHUNKS` chunks of output columns of every
+/// kv head. One task per kv head would leave a core idle whenever there are fewer kv heads than cores, or not a
+/// multiple of them, each reading its head's whole key and value sequence alone. Where each kv head is scored on its
+/// own, a block's keys are asked for (`ask_rows`) before they are scored: at SmolLM2's shapes over 2048 positions (30
+/// layers' caches, from DRAM) a decode row took 8.3-8.8 ms without and 7.9-8.0 with, the GGUF engine's decode at 2048
+/// positions 66.9-85.2 tok/s without and 89.3-93.1 with (two alternations). Asking for a pass-3 task's value columns
+/// the same way was slower (9.6-10.0 ms). Where a kernel folds several kv heads at once (`Scores::heads_at_once`), pass
+/// 3 takes runs of kv heads instead of (head, columns) pairs: a run reads its heads' share of each value row at once,
+/// where a (head, columns) task read two lines of each 768-byte row at its stride, which one core read at 7-8 GB/s
+/// against 27 for whole rows. The same decode row: 7.6-8.0 ms by (head, columns), 7.2-7.3 by runs; over 512 positions
+/// 1.39-1.52 against 1.29-1.31 (three alternations). Pass 1 on those shapes scores every kv head a key row at a time
+/// too (`Scores::dots_of_heads`): over 2048 positions 7.2-7.3 → 6.1-6.2 ms, over 512 1.11-1.16 → 1.07-1.13 (three
+/// alternations). Where the kv heads are stored one after another (`HeadMajorCache`), pass 3 takes even runs of
+/// 16-column chunks instead, one a core, a run crossing heads (`Scores::add_weighted_units`): the same decode row over
+/// a head-by-head cache took 5.2 ms by runs of whole heads (two and one), 4.6-4.7 by even runs (two alternations).
+/// Every output is bitwise what that path gives: each score is `dot`, and each column is folded over the same values in
+/// the same order.
 fn attend_one_row<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: &[P], att: &mut [f32]) {
     let Heads { width: hd, heads, group, scale } = shape;
     let kv_heads = heads / group.max(1);

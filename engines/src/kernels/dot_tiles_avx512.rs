@@ -93,8 +93,9 @@ const SEGMENTED_CHUNKS: usize = 16;
 /// one query's scores) always comes here, and a few rows of a matrix in memory (a speculative decode's
 /// verification batch, a mixture's expert with two to four rows) where `block_invariant` asks. The tiles are cut
 /// into [`SEGMENTS`] runs for one row, [`SEGMENTS_OF_ROWS`] for several, and tile `b` of every run is read side by
-/// side, key by key: that many streams, far apart. Each pair's lanes are still one chain of fused steps, `c` ascending, and each tile's pairs the same lane
-/// trees in the same places (`r · K + j`): the bits of `dots` in any grouping.
+/// side, key by key: that many streams, far apart. Each pair's lanes are still one chain of fused steps, `c`
+/// ascending, and each tile's pairs the same lane trees in the same places (`r · K + j`): the bits of `dots` in any
+/// grouping.
 ///
 /// # Safety
 /// As `dots`: AVX-512F; every row holds `chunks · 16` f32s, every `out[r]` at least `keys.len()`, which is a
