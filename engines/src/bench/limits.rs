@@ -210,7 +210,7 @@ pub fn stream_bytes(llc: Option<u64>, available: Option<u64>) -> usize {
 /// GB/s of an xor over a buffer of `bytes` bytes split across every rayon thread (best of [`PASSES`] of each
 /// [`ReadWay`]), and the way that read fastest. Machines differ in which plain read reaches their memory's rate:
 /// on a 2-core AVX-512 EPYC sixteen streams a thread did (one stream left the memory idle), while on a 2-core
-/// Xeon (Sapphire Rapids class) sixteen streams read 20-25 GB/s and one stream asked 2 KiB ahead 28-32, as fast
+/// Xeon (Sapphire Rapids class) sixteen streams read 20-25 GB/s and one stream asked 2 KiB ahead 25-34, as fast
 /// as the kernels that ask ahead. A limit must bound every kernel, so it is the faster of the two.
 pub fn read_bandwidth(bytes: usize) -> (f64, ReadWay) {
     use rayon::prelude::*;
@@ -285,7 +285,7 @@ fn xor_streams(part: &[u64]) -> u64 {
     acc.iter().flatten().fold(tail, |a, b| a ^ b)
 }
 
-/// How far ahead [`xor_asked_ahead`] asks for a line: measured on the Xeon above, 2 and 8 KiB read alike (28-32
+/// How far ahead [`xor_asked_ahead`] asks for a line: measured on the Xeon above, 2 and 8 KiB read alike (25-32
 /// GB/s), 512 bytes less (24-29).
 const ASK_AHEAD_BYTES: usize = 2048;
 
