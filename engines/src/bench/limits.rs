@@ -173,13 +173,6 @@ mod x86 {
         _mm512_reduce_add_ps(total)
     }
 
-    /// A prefetch hint for the line holding `word`.
-    #[inline(always)]
-    pub fn ask_line(word: &u64) {
-        // SAFETY: a prefetch reads no memory and cannot fault; the address is a live reference's
-        unsafe { _mm_prefetch::<_MM_HINT_T0>((word as *const u64).cast()) };
-    }
-
     /// The same with 8-lane registers (16 of them: all the AVX2 register file).
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn fma_avx2(iters: u64) -> f32 {
@@ -311,8 +304,12 @@ fn xor_asked_ahead(part: &[u64]) -> u64 {
 /// Asks the memory system for the line holding `word` (a hint; nothing on targets without one).
 #[inline(always)]
 fn ask_line(word: &u64) {
+    // SAFETY: a prefetch reads nothing the program observes and never faults; the address is a live reference's
     #[cfg(target_arch = "x86_64")]
-    x86::ask_line(word);
+    #[allow(unsafe_code)]
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>((word as *const u64).cast())
+    };
     #[cfg(not(target_arch = "x86_64"))]
     let _ = word;
 }
