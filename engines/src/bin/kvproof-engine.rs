@@ -191,7 +191,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 /// Prefill and decode tokens/s of the GGUF model at `path` for prompts of 128, 512 and 2048 ids, each as a
 /// fraction of this machine's measured limits (prefill of the f32 FMA peak, decode of the DRAM read bandwidth).
 fn bench_gguf(path: &std::path::Path) -> anyhow::Result<()> {
-    use kvproof_engines::bench::{describe, model_fractions, Limits, Phase};
+    use kvproof_engines::bench::{describe, model_fractions, Limits};
     let model = kvproof_engines::arch::llama::load(path).with_context(|| format!("opening {}", path.display()))?;
     let steal = kvproof_engines::cpu_steal::StealMeter::start();
     let before = Limits::measure();
@@ -200,12 +200,25 @@ fn bench_gguf(path: &std::path::Path) -> anyhow::Result<()> {
     let limits = before.best(Limits::measure());
     print!("{}", describe(&limits));
     println!("# {} ({} threads)", path.display(), rayon::current_num_threads());
-    println!("{:>7} {:>12} {:>7} {:>12}", "prompt", "prefill t/s", "decode", "decode t/s");
+    // the fastest of the runs first (the columns ci/bench-llama.sh reads), the slowest after
+    println!(
+        "{:>7} {:>12} {:>7} {:>12}   slowest of {}: {:>12} {:>12}",
+        "prompt",
+        "prefill t/s",
+        "decode",
+        "decode t/s",
+        kvproof_engines::bench::MODEL_RUNS,
+        "prefill t/s",
+        "decode t/s"
+    );
     for r in rows {
-        println!("{:>7} {:>12.1} {:>7} {:>12.1}", r.prompt, r.prefill_tok_s, r.decode, r.decode_tok_s);
-        let prefill = Phase { work: r.prefill_work, seconds: r.prompt as f64 / r.prefill_tok_s, tokens: r.prompt };
-        let decode = Phase { work: r.decode_work, seconds: r.decode as f64 / r.decode_tok_s, tokens: r.decode };
-        println!("        {}", model_fractions(&limits, prefill, decode));
+        let ((prefill, prefill_slowest), (decode, decode_slowest)) =
+            (r.prefill.tokens_per_second(), r.decode_phase.tokens_per_second());
+        println!(
+            "{:>7} {prefill:>12.1} {:>7} {decode:>12.1}   {:>12} {prefill_slowest:>12.1} {decode_slowest:>12.1}",
+            r.prompt, r.decode, ""
+        );
+        println!("        {}", model_fractions(&limits, r.prefill, r.decode_phase));
     }
     println!("{}", kvproof_engines::cpu_steal::describe(steal.ticks()));
     Ok(())

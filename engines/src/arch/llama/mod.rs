@@ -102,53 +102,57 @@ pub fn open_gguf(
 #[derive(Debug, Clone, Copy)]
 pub struct BenchRow {
     pub prompt: usize,
-    pub prefill_tok_s: f64,
     pub decode: usize,
-    pub decode_tok_s: f64,
-    /// The kernels' work during prefill, and during the decode steps (see `kernels::work`).
-    pub prefill_work: crate::kernels::Work,
-    pub decode_work: crate::kernels::Work,
+    /// Prefill's fastest run and slowest of [`crate::bench::MODEL_RUNS`] (its work: the kernels' count).
+    pub prefill: crate::bench::Phase,
+    /// The decode steps' fastest run and slowest.
+    pub decode_phase: crate::bench::Phase,
 }
 
 /// Prefill and decode speed of `model` for prompts of each of `lens` ids (deterministic ids spread over the
-/// vocabulary), `decode` steps after each.
+/// vocabulary), `decode` steps after each; each the fastest of [`crate::bench::MODEL_RUNS`] runs on a fresh state.
 pub fn bench(model: &Model, lens: &[usize], decode: usize) -> Vec<BenchRow> {
-    use crate::dump::{Writer, WriterKind};
-    let writer = Writer { request: 1, kind: WriterKind::Prefill { chunk: 0, chunk_rows: 0 } };
-    let c = &model.config;
-    let vocab = c.vocab as u64;
+    let vocab = model.config.vocab as u64;
     let mut rows = Vec::new();
     for &len in lens {
         let ids: Vec<u32> = (0..len as u64).map(|i| ((i * 7919 + 13) % (vocab - 100) + 100) as u32).collect();
-        let mut st = State::new(&Config {
-            base: crate::config::BaseConfig { initial_capacity: len + decode, ..c.base.clone() },
-            ..c.clone()
-        });
-        let w0 = crate::kernels::work();
-        let t0 = std::time::Instant::now();
-        let mut logits = Vec::new();
-        for (i, seg) in ids.chunks(c.prefill_chunk.max(1)).enumerate() {
-            // as the engine loop runs a segment
-            logits = on_worker(|| model.forward(&mut st, &Segment::of_ids(seg, i * c.prefill_chunk, writer)));
+        let (mut prefill, mut decode_phase) = bench_once(model, &ids, decode);
+        for _ in 1..crate::bench::MODEL_RUNS {
+            let (p, d) = bench_once(model, &ids, decode);
+            (prefill, decode_phase) = (prefill.best(p), decode_phase.best(d));
         }
-        let prefill = t0.elapsed().as_secs_f64();
-        let w1 = crate::kernels::work();
-        let t1 = std::time::Instant::now();
-        for step in 0..decode {
-            let id = crate::sampler::argmax(&logits);
-            // as the engine loop runs a decode step
-            logits = crate::decode_team::run(|| model.forward(&mut st, &Segment::of_ids(&[id], len + step, writer)));
-        }
-        let dec = t1.elapsed().as_secs_f64();
-        let w2 = crate::kernels::work();
-        rows.push(BenchRow {
-            prompt: len,
-            prefill_tok_s: len as f64 / prefill,
-            decode,
-            decode_tok_s: decode as f64 / dec,
-            prefill_work: w1.since(w0),
-            decode_work: w2.since(w1),
-        });
+        rows.push(BenchRow { prompt: len, decode, prefill, decode_phase });
     }
     rows
+}
+
+/// One run of `bench` for one prompt: its prefill phase, then its `decode` steps'.
+fn bench_once(model: &Model, ids: &[u32], decode: usize) -> (crate::bench::Phase, crate::bench::Phase) {
+    use crate::bench::Phase;
+    use crate::dump::{Writer, WriterKind};
+    let writer = Writer { request: 1, kind: WriterKind::Prefill { chunk: 0, chunk_rows: 0 } };
+    let c = &model.config;
+    let len = ids.len();
+    let mut st = State::new(&Config {
+        base: crate::config::BaseConfig { initial_capacity: len + decode, ..c.base.clone() },
+        ..c.clone()
+    });
+    let w0 = crate::kernels::work();
+    let t0 = std::time::Instant::now();
+    let mut logits = Vec::new();
+    for (i, seg) in ids.chunks(c.prefill_chunk.max(1)).enumerate() {
+        // as the engine loop runs a segment
+        logits = on_worker(|| model.forward(&mut st, &Segment::of_ids(seg, i * c.prefill_chunk, writer)));
+    }
+    let prefill = t0.elapsed().as_secs_f64();
+    let w1 = crate::kernels::work();
+    let t1 = std::time::Instant::now();
+    for step in 0..decode {
+        let id = crate::sampler::argmax(&logits);
+        // as the engine loop runs a decode step
+        logits = crate::decode_team::run(|| model.forward(&mut st, &Segment::of_ids(&[id], len + step, writer)));
+    }
+    let dec = t1.elapsed().as_secs_f64();
+    let w2 = crate::kernels::work();
+    (Phase::once(w1.since(w0), prefill, len), Phase::once(w2.since(w1), dec, decode))
 }
