@@ -213,9 +213,10 @@ pub fn kernels(before: Limits) -> (String, Limits) {
     let _ = writeln!(
         out,
         "qmatvec Q4_1 1 x {cache_in} x {cache_out}: {q_cache_gbs:7.1} GB/s = {:5.1}% of DRAM read (its {} KiB of \
-         weights stay in cache: the kernel's own rate, not a DRAM figure)",
+         weights stay in cache, not a DRAM figure){}",
         pct(q_cache_gbs, l.bandwidth_gbs),
-        (cache_bytes as u64) >> 10
+        (cache_bytes as u64) >> 10,
+        of_a_read_as_large(q_cache_gbs, cache_bytes as usize)
     );
     let _ = writeln!(
         out,
@@ -225,15 +226,17 @@ pub fn kernels(before: Limits) -> (String, Limits) {
     let _ = writeln!(
         out,
         "decode attention 1 row x {decode_positions} positions (9 heads of 64, 3 kv heads stored apart, \
-         {decode_layers} layers): {decode_att_gbs:7.1} GB/s = {:5.1}% of DRAM read ({} MiB of cached k/v)",
+         {decode_layers} layers): {decode_att_gbs:7.1} GB/s = {:5.1}% of DRAM read ({} MiB of cached k/v){}",
         pct(decode_att_gbs, l.bandwidth_gbs),
-        decode_att_bytes >> 20
+        decode_att_bytes >> 20,
+        of_a_read_as_large(decode_att_gbs, decode_att_bytes)
     );
     let _ = writeln!(
         out,
         "matvec    1 x {inp} x {outp}: {small_gbs:7.1} GB/s    = {:5.1}% of DRAM read (its 4 MiB of weights stay in \
-         cache: not a DRAM figure)",
-        pct(small_gbs, l.bandwidth_gbs)
+         cache, not a DRAM figure){}",
+        pct(small_gbs, l.bandwidth_gbs),
+        of_a_read_as_large(small_gbs, 4 * inp * outp)
     );
     let _ = writeln!(
         out,
@@ -283,19 +286,23 @@ impl Phase {
     }
 }
 
+/// `gbs` as a fraction of a read of `bytes` over and over: the limit of a kernel whose `bytes` stay in a cache
+/// (measured here, [`limits::read_bandwidth`]), e.g. ", 61.2% of a read of as many bytes (160.3 GB/s)".
+fn of_a_read_as_large(gbs: f64, bytes: usize) -> String {
+    let read = limits::read_bandwidth(bytes).0;
+    format!(", {:.1}% of a read of as many bytes ({read:.1} GB/s)", pct(gbs, read))
+}
+
 /// Whole-model prefill against the compute peak (the kernels' counted FLOPs per token x tokens/s) and decode
 /// against the bandwidth (the weight bytes and the cached key and value bytes read per token x tokens/s), one
-/// line; says when a decode step's bytes fit in the last-level cache (then the bandwidth they meet is the
-/// cache's, above DRAM's).
+/// line. Where a decode step's bytes fit in the last-level cache, the DRAM read does not bound it: the line says so
+/// and also puts the decode against a read of as many bytes over and over (measured here,
+/// [`limits::read_bandwidth`]), the rate of the cache that holds them.
 pub fn model_fractions(l: &Limits, prefill: Phase, decode: Phase) -> String {
     let gflops = prefill.work.flops as f64 / prefill.seconds.max(1e-9) / 1e9;
     let bytes = decode.work.weight_bytes + decode.work.cache_bytes;
     let gbs = bytes as f64 / decode.seconds.max(1e-9) / 1e9;
     let per_token = |b: u64| b / decode.tokens.max(1) as u64;
-    let cache = match l.llc_bytes {
-        Some(llc) if per_token(bytes) <= llc => ", which fit in the last-level cache",
-        _ => "",
-    };
     let mib = |b: u64| per_token(b) as f64 / (1 << 20) as f64;
     // the slowest run's fraction beside the fastest's, where the phase ran more than once
     let slowest = |phase: &Phase, fraction: f64| {
@@ -306,10 +313,21 @@ pub fn model_fractions(l: &Limits, prefill: Phase, decode: Phase) -> String {
             String::new()
         }
     };
+    let in_cache = match l.llc_bytes {
+        Some(llc) if (1..=llc).contains(&per_token(bytes)) => {
+            let read = limits::read_bandwidth(per_token(bytes) as usize).0;
+            let at = pct(gbs, read);
+            format!(
+                "; its bytes fit in the last-level cache: {at:.1}% of a read of as many bytes ({read:.1} GB/s){}",
+                slowest(&decode, at)
+            )
+        }
+        _ => String::new(),
+    };
     let (prefill_pct, decode_pct) = (pct(gflops, l.peak_gflops), pct(gbs, l.bandwidth_gbs));
     format!(
         "prefill {:.2} GFLOP/token, {gflops:.1} GFLOP/s = {prefill_pct:.1}% of peak{}; decode {:.1} MiB of weights + \
-         {:.1} MiB of cached k/v rows per token{cache}, {gbs:.1} GB/s = {decode_pct:.1}% of DRAM read{}",
+         {:.1} MiB of cached k/v rows per token, {gbs:.1} GB/s = {decode_pct:.1}% of DRAM read{}{in_cache}",
         prefill.work.flops as f64 / prefill.tokens.max(1) as f64 / 1e9,
         slowest(&prefill, prefill_pct),
         mib(decode.work.weight_bytes),
