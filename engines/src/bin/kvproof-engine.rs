@@ -188,8 +188,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// Prefill and decode tokens/s of the GGUF model at `path` for prompts of 128, 512 and 2048 ids, each as a
-/// fraction of this machine's measured limits (prefill of the f32 FMA peak, decode of the DRAM read bandwidth).
+/// Prefill and decode tokens/s of the GGUF model at `path` for prompts of 128, 512 and 2048 ids (the fastest of
+/// `bench::MODEL_RUNS` runs, the slowest beside it), each as a fraction of this machine's measured limits (prefill
+/// of the f32 FMA peak, decode of the DRAM read bandwidth and, where its bytes fit in the last-level cache, of a
+/// read of as many bytes).
 fn bench_gguf(path: &std::path::Path) -> anyhow::Result<()> {
     use kvproof_engines::bench::{describe, model_fractions, Limits};
     let model = kvproof_engines::arch::llama::load(path).with_context(|| format!("opening {}", path.display()))?;
