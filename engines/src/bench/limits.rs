@@ -215,18 +215,13 @@ pub fn read_bandwidth(bytes: usize) -> (f64, ReadWay) {
     use rayon::prelude::*;
     // nonzero, so every page is a real page and not the shared zero page
     let buf: Vec<u64> = (0..bytes / 8).into_par_iter().map(|i| i as u64 | 1).collect();
-    // 8 MiB parts, work-stolen: one thread the OS holds back a moment does not stall the whole pass (as one part
-    // per thread would), the same way the matvecs it bounds split their work; a small buffer in four parts a thread
-    let per = ((8 << 20) / 8).min(buf.len().div_ceil(4 * rayon::current_num_threads())).max(1);
     let reads = PASS_BYTES.div_ceil(bytes.max(1)).max(1);
     let mut best = (0.0, ReadWay::Streams);
     // the ways alternate pass by pass, so a stretch of contention does not fall on one way only
     for _ in 0..PASSES {
         for way in [ReadWay::Streams, ReadWay::AskedAhead] {
             let t = Instant::now();
-            // (`black_box`: each read of a part is a read, not one result reused)
-            let read = |part: &[u64]| (0..reads).fold(0, |a, _| a ^ way.xor(std::hint::black_box(part)));
-            let x = buf.par_chunks(per).map(read).reduce(|| 0, |a, b| a ^ b);
+            let x = read_pass(&buf, reads, way);
             let s = t.elapsed().as_secs_f64().max(1e-9);
             std::hint::black_box(x);
             let gbs = (bytes * reads) as f64 / s / 1e9;
@@ -236,6 +231,18 @@ pub fn read_bandwidth(bytes: usize) -> (f64, ReadWay) {
         }
     }
     best
+}
+
+/// One timed pass of [`read_bandwidth`]: every word of `buf` read `reads` times over, `way`, on every rayon thread;
+/// the xor of all it read (so a word read an even number of times cancels out).
+fn read_pass(buf: &[u64], reads: usize, way: ReadWay) -> u64 {
+    use rayon::prelude::*;
+    // 8 MiB parts, work-stolen: one thread the OS holds back a moment does not stall the whole pass (as one part
+    // per thread would), the same way the matvecs it bounds split their work; a small buffer in four parts a thread
+    let per = ((8 << 20) / 8).min(buf.len().div_ceil(4 * rayon::current_num_threads())).max(1);
+    // (`black_box`: each read of a part is a read, not one result reused)
+    let read = |part: &[u64]| (0..reads).fold(0, |a, _| a ^ way.xor(std::hint::black_box(part)));
+    buf.par_chunks(per).map(read).reduce(|| 0, |a, b| a ^ b)
 }
 
 /// A plain sequential read, walked one of two ways (see [`read_bandwidth`]).
@@ -464,6 +471,21 @@ mod tests {
             let every = part.iter().fold(0, |a, b| a ^ b);
             assert_eq!(xor_streams(&part), every, "{n} words");
             assert_eq!(xor_asked_ahead(&part), every, "{n} words, asked ahead");
+        }
+    }
+
+    #[test]
+    fn a_pass_reads_every_word_as_many_times_as_asked() {
+        // an odd count of reads leaves every word's xor, an even one cancels every word: each part is read `reads`
+        // times over, not once (a pass that read a small buffer once would count `reads` times its bytes)
+        for n in [1usize, 7, 1000, (3 << 20) + 5] {
+            let buf: Vec<u64> = (0..n as u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1).collect();
+            let every = buf.iter().fold(0, |a, b| a ^ b);
+            for way in [ReadWay::Streams, ReadWay::AskedAhead] {
+                assert_eq!(read_pass(&buf, 1, way), every, "{n} words, once, {way:?}");
+                assert_eq!(read_pass(&buf, 3, way), every, "{n} words, three times, {way:?}");
+                assert_eq!(read_pass(&buf, 2, way), 0, "{n} words, twice, {way:?}");
+            }
         }
     }
 
