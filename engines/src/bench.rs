@@ -216,7 +216,7 @@ pub fn kernels(before: Limits) -> (String, Limits) {
          weights stay in cache, not a DRAM figure){}",
         pct(q_cache_gbs, l.bandwidth_gbs),
         (cache_bytes as u64) >> 10,
-        of_a_read_as_large(q_cache_gbs, cache_bytes as usize)
+        of_a_read_as_large(q_cache_gbs, cache_bytes as usize).0
     );
     let _ = writeln!(
         out,
@@ -229,14 +229,14 @@ pub fn kernels(before: Limits) -> (String, Limits) {
          {decode_layers} layers): {decode_att_gbs:7.1} GB/s = {:5.1}% of DRAM read ({} MiB of cached k/v){}",
         pct(decode_att_gbs, l.bandwidth_gbs),
         decode_att_bytes >> 20,
-        of_a_read_as_large(decode_att_gbs, decode_att_bytes)
+        of_a_read_as_large(decode_att_gbs, decode_att_bytes).0
     );
     let _ = writeln!(
         out,
         "matvec    1 x {inp} x {outp}: {small_gbs:7.1} GB/s    = {:5.1}% of DRAM read (its 4 MiB of weights stay in \
          cache, not a DRAM figure){}",
         pct(small_gbs, l.bandwidth_gbs),
-        of_a_read_as_large(small_gbs, 4 * inp * outp)
+        of_a_read_as_large(small_gbs, 4 * inp * outp).0
     );
     let _ = writeln!(
         out,
@@ -280,6 +280,19 @@ impl Phase {
         }
     }
 
+    /// The prefill and decode phases of [`MODEL_RUNS`] calls of `run` (call `k` gets `k`), each the fastest run with
+    /// the slowest's time beside it.
+    pub fn fastest_of<E>(
+        mut run: impl FnMut(usize) -> std::result::Result<(Phase, Phase), E>,
+    ) -> std::result::Result<(Phase, Phase), E> {
+        let mut best = run(0)?;
+        for k in 1..MODEL_RUNS {
+            let (p, d) = run(k)?;
+            best = (best.0.best(p), best.1.best(d));
+        }
+        Ok(best)
+    }
+
     /// Tokens a second of the fastest run, and of the slowest.
     pub fn tokens_per_second(&self) -> (f64, f64) {
         (self.tokens as f64 / self.seconds.max(1e-9), self.tokens as f64 / self.slowest_seconds.max(1e-9))
@@ -287,10 +300,12 @@ impl Phase {
 }
 
 /// `gbs` as a fraction of a read of `bytes` over and over: the limit of a kernel whose `bytes` stay in a cache
-/// (measured here, [`limits::read_bandwidth`]), e.g. ", 61.2% of a read of as many bytes (160.3 GB/s)".
-fn of_a_read_as_large(gbs: f64, bytes: usize) -> String {
+/// (measured here, [`limits::read_bandwidth`]), e.g. ", 61.2% of a read of as many bytes (160.3 GB/s)", and the
+/// fraction itself.
+fn of_a_read_as_large(gbs: f64, bytes: usize) -> (String, f64) {
     let read = limits::read_bandwidth(bytes).0;
-    format!(", {:.1}% of a read of as many bytes ({read:.1} GB/s)", pct(gbs, read))
+    let at = pct(gbs, read);
+    (format!(", {at:.1}% of a read of as many bytes ({read:.1} GB/s)"), at)
 }
 
 /// Whole-model prefill against the compute peak (the kernels' counted FLOPs per token x tokens/s) and decode
@@ -315,12 +330,8 @@ pub fn model_fractions(l: &Limits, prefill: Phase, decode: Phase) -> String {
     };
     let in_cache = match l.llc_bytes {
         Some(llc) if (1..=llc).contains(&per_token(bytes)) => {
-            let read = limits::read_bandwidth(per_token(bytes) as usize).0;
-            let at = pct(gbs, read);
-            format!(
-                "; its bytes fit in the last-level cache: {at:.1}% of a read of as many bytes ({read:.1} GB/s){}",
-                slowest(&decode, at)
-            )
+            let (of_read, at) = of_a_read_as_large(gbs, per_token(bytes) as usize);
+            format!("; its bytes fit in the last-level cache{of_read}{}", slowest(&decode, at))
         }
         _ => String::new(),
     };
@@ -340,12 +351,10 @@ pub fn model_fractions(l: &Limits, prefill: Phase, decode: Phase) -> String {
 /// on `engine` (whose state then holds the prefilled prompt, as the report's state size says), the others on fresh
 /// engines.
 fn throughput(engine: &mut dyn Engine, preset: Preset) -> Result<(Phase, Phase)> {
-    let mut best = throughput_once(engine, preset)?;
-    for _ in 1..MODEL_RUNS {
-        let (p, d) = throughput_once(engine.fresh().as_mut(), preset)?;
-        best = (best.0.best(p), best.1.best(d));
-    }
-    Ok(best)
+    Phase::fastest_of(|k| match k {
+        0 => throughput_once(engine, preset),
+        _ => throughput_once(engine.fresh().as_mut(), preset),
+    })
 }
 
 /// One run of the prefill and the decode phase of one engine at `preset`.

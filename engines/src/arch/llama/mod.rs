@@ -116,11 +116,8 @@ pub fn bench(model: &Model, lens: &[usize], decode: usize) -> Vec<BenchRow> {
     let mut rows = Vec::new();
     for &len in lens {
         let ids: Vec<u32> = (0..len as u64).map(|i| ((i * 7919 + 13) % (vocab - 100) + 100) as u32).collect();
-        let (mut prefill, mut decode_phase) = bench_once(model, &ids, decode);
-        for _ in 1..crate::bench::MODEL_RUNS {
-            let (p, d) = bench_once(model, &ids, decode);
-            (prefill, decode_phase) = (prefill.best(p), decode_phase.best(d));
-        }
+        let Ok((prefill, decode_phase)) =
+            crate::bench::Phase::fastest_of(|_| Ok::<_, std::convert::Infallible>(bench_once(model, &ids, decode)));
         rows.push(BenchRow { prompt: len, decode, prefill, decode_phase });
     }
     rows
