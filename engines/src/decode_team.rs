@@ -355,6 +355,14 @@ mod tests {
         }
     }
 
+    /// Held by each test that needs a held thread to join its step, for the whole step. Two such steps at once
+    /// deadlock for the length of the wait below: the second `run` can start on the first's held thread (which
+    /// takes rayon work while it waits), and then each lead waits for a helper that is the other lead.
+    fn one_joining_step_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+        static JOINING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        JOINING.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// Inside `run`: jobs until a held thread has claimed a share, so the next jobs are shared (false on one core,
     /// or when none has joined in 30 s). The other threads of the pool may be busy with other tests' rayon work for
     /// a while before one takes up the held thread's job: a fixed count of 200 µs tries was sometimes too short.
@@ -405,6 +413,7 @@ mod tests {
         // or is met, and the sums are whole.
         let (outer_started, inner_started, item_started) =
             (AtomicBool::new(false), AtomicBool::new(false), AtomicBool::new(false));
+        let _alone = one_joining_step_at_a_time();
         let sums = run(|| {
             let shared = a_helper_has_joined();
             let sums = map(&[0usize, 1], |&i| {
@@ -436,10 +445,13 @@ mod tests {
 
     #[test]
     fn a_task_that_panics_on_any_thread_ends_the_step_with_a_panic() {
+        let _alone = one_joining_step_at_a_time();
         for bad in [0usize, 1] {
+            // checked outside the step: a failed assert inside it would be one more panic the test expects
+            let joined = AtomicBool::new(false);
             let caught = std::panic::catch_unwind(|| {
                 run(|| {
-                    assert!(a_helper_has_joined() || rayon::current_num_threads() < 2, "no held thread joined");
+                    joined.store(a_helper_has_joined() || rayon::current_num_threads() < 2, Ordering::Release);
                     let done = AtomicBool::new(false);
                     let mut v = vec![0usize, 1];
                     // task 1 runs on the held thread (task 0 waits for it on the lead)
@@ -451,6 +463,7 @@ mod tests {
                     });
                 })
             });
+            assert!(joined.load(Ordering::Acquire), "no held thread joined the step");
             assert!(caught.is_err(), "task {bad}'s panic was lost");
             assert!(LEADING.get().is_null());
         }
