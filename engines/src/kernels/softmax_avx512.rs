@@ -8,7 +8,7 @@
 use std::arch::x86_64::*;
 
 use super::activation::pairwise;
-use super::exp::{LN2_HI, LN2_LO, LOG2E, MAX_ARG, MIN_ARG, POLY, ROUND};
+use super::exp::{LN2_HI, LN2_LO, LOG2E, MIN_ARG, POLY, ROUND};
 
 const LANES: usize = 16;
 
@@ -43,12 +43,12 @@ pub(super) unsafe fn softmax_scaled(x: &mut [f32], scale: f32) {
     let (s, mx) = (_mm512_set1_ps(scale), _mm512_set1_ps(max));
     let mut acc = _mm512_setzero_ps();
     for i in (0..whole).step_by(LANES) {
-        let e = exp16(_mm512_sub_ps(_mm512_mul_ps(load(i), s), mx));
+        let e = exp16_at_most_zero(_mm512_sub_ps(_mm512_mul_ps(load(i), s), mx));
         unsafe { _mm512_storeu_ps(p.add(i), e) };
         acc = _mm512_add_ps(acc, e);
     }
     if n > whole {
-        let e = exp16(_mm512_sub_ps(_mm512_mul_ps(load_tail(), s), mx));
+        let e = exp16_at_most_zero(_mm512_sub_ps(_mm512_mul_ps(load_tail(), s), mx));
         unsafe { _mm512_mask_storeu_ps(p.add(whole), tail, e) };
         acc = _mm512_mask_add_ps(acc, tail, acc, e);
     }
@@ -63,11 +63,16 @@ pub(super) unsafe fn softmax_scaled(x: &mut [f32], scale: f32) {
     }
 }
 
-/// `exp::exp` on sixteen values: its operations in its order, its selects as masks.
+/// `exp::exp` on sixteen values that are each at most 0 or NaN: its operations in its order, its selects as
+/// masks, less the steps that act only above 0 (the clamp to `MAX_ARG`, the 2ⁿ⁻¹ · 2 branch for `n > 0`, the
+/// select of infinity) — about a quarter of its operations, and the exp is most of the softmax's work. A softmax's
+/// arguments are such values: rounding is monotonic, so a score times the scale, less the largest score times
+/// the scale, is never above 0.
 #[target_feature(enable = "avx512f")]
 #[inline]
-fn exp16(x: __m512) -> __m512 {
-    let clamped = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(MIN_ARG)), _mm512_set1_ps(MAX_ARG));
+fn exp16_at_most_zero(x: __m512) -> __m512 {
+    // `vmaxps` returns its second operand for a NaN lane: MIN_ARG, as `exp`'s clamp gives
+    let clamped = _mm512_max_ps(x, _mm512_set1_ps(MIN_ARG));
     let round = _mm512_set1_ps(ROUND);
     let t = _mm512_fmadd_ps(clamped, _mm512_set1_ps(LOG2E), round);
     let k = _mm512_sub_ps(t, round);
@@ -77,17 +82,10 @@ fn exp16(x: __m512) -> __m512 {
         poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(*c));
     }
     let er = _mm512_add_ps(_mm512_fmadd_ps(poly, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0));
+    // n = round(clamped · log2 e) is at most 0 here, so 2ⁿ is built directly
     let n = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(ROUND.to_bits() as i32));
-    let high = _mm512_cmpgt_epi32_mask(n, _mm512_setzero_si512());
-    let e = _mm512_mask_sub_epi32(n, high, n, _mm512_set1_epi32(1));
-    let two_e = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(e, _mm512_set1_epi32(127))));
-    let y = _mm512_mul_ps(er, two_e);
-    let y = _mm512_mask_mul_ps(y, high, y, _mm512_set1_ps(2.0));
-    let y = _mm512_mask_mov_ps(
-        y,
-        _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, _mm512_set1_ps(MAX_ARG)),
-        _mm512_set1_ps(f32::INFINITY),
-    );
+    let two_n = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(n, _mm512_set1_epi32(127))));
+    let y = _mm512_mul_ps(er, two_n);
     let y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_set1_ps(MIN_ARG)), _mm512_setzero_ps());
     _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x), x)
 }
@@ -97,22 +95,27 @@ mod tests {
     use super::*;
     use crate::kernels::exp::exp;
 
-    /// `exp16` is `exp` bit for bit over the whole range (both sides of the clamp, the 2ⁿ⁻¹ · 2 branch above 0)
-    /// and at the special values; softmax only reaches its arguments up to 0.
+    /// `exp16_at_most_zero` is `exp` bit for bit on every value a softmax hands it: a dense grid from below
+    /// `MIN_ARG` up to 0, every 997th negative float's bit pattern (subnormals and the values next to the clamp
+    /// among them), and the special values.
     #[test]
-    fn exp16_is_exp() {
+    fn exp16_at_most_zero_is_exp() {
         if !std::arch::is_x86_feature_detected!("avx512f") {
             return;
         }
-        let specials = [0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, MAX_ARG, MIN_ARG, 100.0, -100.0];
-        let grid = (0..=400_000).map(|i| -95.0 + 190.0 * i as f32 / 400_000.0);
-        let xs: Vec<f32> = specials.into_iter().chain(grid).collect();
+        let below = f32::from_bits(MIN_ARG.to_bits() + 1);
+        let above = f32::from_bits(MIN_ARG.to_bits() - 1);
+        let specials = [0.0, -0.0, f32::NEG_INFINITY, f32::NAN, -f32::NAN, MIN_ARG, below, above, -100.0, -1e-45];
+        let grid = (0..=400_000).map(|i| -95.0 * i as f32 / 400_000.0);
+        let patterns = (0x8000_0000u32..=0xff80_0000).step_by(997).map(f32::from_bits);
+        let mut xs: Vec<f32> = specials.into_iter().chain(grid).chain(patterns).collect();
+        xs.resize(xs.len().next_multiple_of(LANES), 0.0);
         for chunk in xs.chunks_exact(LANES) {
             let mut got = [0.0f32; LANES];
             // SAFETY: the CPU has AVX-512F (checked above); `chunk` and `got` hold 16 f32s
-            unsafe { _mm512_storeu_ps(got.as_mut_ptr(), exp16(_mm512_loadu_ps(chunk.as_ptr()))) };
+            unsafe { _mm512_storeu_ps(got.as_mut_ptr(), exp16_at_most_zero(_mm512_loadu_ps(chunk.as_ptr()))) };
             for (x, g) in chunk.iter().zip(got) {
-                assert_eq!(g.to_bits(), exp(*x).to_bits(), "exp16({x})");
+                assert_eq!(g.to_bits(), exp(*x).to_bits(), "exp16_at_most_zero({x})");
             }
         }
     }
