@@ -44,17 +44,15 @@ fn best_few(logits: &[f32], n: usize) -> Vec<u32> {
         return Vec::new();
     }
     let mut kept: Vec<(i32, u32)> = Vec::with_capacity(n + 1);
-    let mut worst_kept = i32::MIN;
     for (id, &logit) in (0u32..).zip(logits) {
         let key = total_order_key(logit);
         // an equal key with a higher id ranks after every kept id, as the ids come in order
-        if kept.len() == n && key <= worst_kept {
+        if kept.len() == n && key <= kept[n - 1].0 {
             continue;
         }
         let at = kept.partition_point(|&(k, _)| k >= key);
         kept.insert(at, (key, id));
         kept.truncate(n);
-        worst_kept = kept[kept.len() - 1].0;
     }
     kept.into_iter().map(|(_, id)| id).collect()
 }
