@@ -37,22 +37,25 @@ const SCAN_MOST: usize = 16;
 
 /// `ranked` for a few ids, in one pass over the logits that keeps the best `n` in order. Each logit becomes
 /// `f32::total_cmp`'s integer key, so most ids cost one integer compare with the worst kept. Over a 49152-id
-/// vocabulary this took 30 µs where the selection took 128-196, on the lead thread of every decode step while the
-/// other threads wait: in SmolLM2's decode the sampler's share of both threads' samples fell from 1.5% to 0.3%.
+/// vocabulary this took 27-32 µs where the selection took 121-196, on the lead thread of every decode step while
+/// the other threads wait: in SmolLM2's decode the sampler's share of both threads' samples fell from 1.5% to 0.3%.
 fn best_few(logits: &[f32], n: usize) -> Vec<u32> {
     if n == 0 {
         return Vec::new();
     }
     let mut kept: Vec<(i32, u32)> = Vec::with_capacity(n + 1);
+    // the worst kept key, copied out of the list: read from the list at every id, the pass took 41 µs against 27
+    let mut worst_kept = i32::MIN;
     for (id, &logit) in (0u32..).zip(logits) {
         let key = total_order_key(logit);
         // an equal key with a higher id ranks after every kept id, as the ids come in order
-        if kept.len() == n && key <= kept[n - 1].0 {
+        if kept.len() == n && key <= worst_kept {
             continue;
         }
         let at = kept.partition_point(|&(k, _)| k >= key);
         kept.insert(at, (key, id));
         kept.truncate(n);
+        worst_kept = kept[kept.len() - 1].0;
     }
     kept.into_iter().map(|(_, id)| id).collect()
 }
