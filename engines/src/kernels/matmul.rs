@@ -324,7 +324,7 @@ fn place_column_blocks(blocks: &[Vec<f32>], rows: usize, per: usize, y: &mut [f3
 /// rows of `block` copied transposed into `in_dim` rows of `L` lanes, so a lane reads its own row's element `k` where
 /// the others read theirs. Each whole group of eight rows goes through 8 x 8 register transposes where the CPU has
 /// AVX2 (copied element by element, the compiler scattered them); the rest (a partial group, `in_dim`'s last `k`s)
-/// one by one. The `Tiled` kernels' x rows (`tiled_walk`) and their tails' weight rows go through it.
+/// one by one. The `Tiled` kernels' x rows (`tiled_steps`) and their tails' weight rows go through it.
 #[cfg(target_arch = "x86_64")]
 pub(super) fn transpose_rows<const L: usize>(block: &[f32], n: usize, in_dim: usize, lanes: &mut [f32]) {
     assert!(n <= L && block.len() == n * in_dim && lanes.len() >= in_dim * L, "tiled: transpose shapes");
@@ -352,65 +352,67 @@ pub(super) fn transpose_rows<const L: usize>(block: &[f32], n: usize, in_dim: us
     }
 }
 
-/// The walk of the lanes-over-x-rows `Tiled` kernels (`matmul_avx512::tiled`, `matmul_avx2::tiled`): `L` x rows
-/// at a time copied transposed into one buffer (`transpose_rows`; lanes past the last x row are zeros and never
-/// stored), then `from_col(o, xt, r0, lanes)` computes the sums of weight rows from `o` on against them, places
-/// them and returns how many weight rows it took, until all `cols` are done.
+/// The walk of the SIMD `Tiled` kernels (`matmul_avx512::tiled`, `matmul_avx2::tiled`): the weight rows `step` at
+/// a time (whole blocks of a `TailBlocks` copy), and for each step every x-lane pass against them, then the tail's
+/// x rows. So a step's weights come from memory once and from L1 for every further x row; a walk of all the
+/// weights per pass read them once a pass, from L2 at best (a matrix of 512 x 512 is 1 MiB, 2 with its copy).
+/// The passes' x rows are copied transposed up front, `L` to a pass (`transpose_rows`; lanes past the last x row
+/// are zeros and never stored). `pass(weight rows, xt, r0, lanes)` computes and places the sums of those weight
+/// rows against the pass of x rows `r0..r0 + lanes`; `tail(weight rows)` does the same for the tail's x rows.
+/// Where the passes or the tail read a copy (`ask`), a step asks for the next step's blocks as it starts.
 #[cfg(target_arch = "x86_64")]
-pub(super) fn tiled_walk<const L: usize>(
+#[allow(clippy::too_many_arguments)]
+pub(super) fn tiled_steps<const L: usize>(
     x: &[f32],
     rows: usize,
     in_dim: usize,
     cols: usize,
-    mut from_col: impl FnMut(usize, &[f32], usize, usize) -> usize,
+    step: usize,
+    ask: Option<&[f32]>,
+    mut pass: impl FnMut(std::ops::Range<usize>, &[f32], usize, usize),
+    mut tail: impl FnMut(std::ops::Range<usize>),
 ) {
-    let mut xt = vec![0.0f32; in_dim * L];
-    for r0 in (0..rows).step_by(L) {
-        let lanes = (rows - r0).min(L);
-        transpose_rows::<L>(&x[r0 * in_dim..(r0 + lanes) * in_dim], lanes, in_dim, &mut xt);
-        let mut o = 0;
-        while o < cols {
-            o += from_col(o, &xt, r0, lanes);
+    assert!(step > 0 && step.is_multiple_of(L) && x.len() >= rows * in_dim, "tiled: walk shapes");
+    let mut xt = vec![0.0f32; rows.div_ceil(L) * in_dim * L];
+    for (g, lanes) in xt.chunks_exact_mut(in_dim * L).enumerate() {
+        let n = (rows - g * L).min(L);
+        transpose_rows::<L>(&x[g * L * in_dim..(g * L + n) * in_dim], n, in_dim, lanes);
+    }
+    for o in (0..cols).step_by(step) {
+        if let Some(blocks) = ask {
+            // a copy's rows r.. are its f32s r · in_dim.. (blocks of L rows, in_dim · L f32s each); nothing past
+            // this matrix's (or task's) last block
+            let at = |r: usize| (r.min(cols.next_multiple_of(L)) * in_dim).min(blocks.len());
+            ask_lines(&blocks[at(o + step)..at(o + 2 * step)]);
         }
+        let weight_rows = o..(o + step).min(cols);
+        for (g, lanes) in xt.chunks_exact(in_dim * L).enumerate() {
+            pass(weight_rows.clone(), lanes, g * L, (rows - g * L).min(L));
+        }
+        tail(weight_rows);
     }
 }
 
-/// The walk of the `Tiled` kernels' tails (`matmul_avx512::tail_rows`, `matmul_avx2::tail_rows`: the last few x
-/// rows over weight lanes): each block of `L` weight rows transposed into `in_dim` rows of `L` lanes
-/// (`transpose_rows`; lanes past the last weight row zero), or read as it is from a `TailBlocks` copy (the next
-/// block asked for ahead); then `block_sums(wt, place)` computes each tail x row's `L` lane sums against it and
-/// hands them to `place`, which writes the block's real weight rows into `y` (the tail's rows, of `cols`).
+/// The lanes a `Tiled` kernel's tail reads for weight rows `o..o + n` (`n <= L`, `o` a multiple of `L`): the copy's
+/// block as it is, or the row-major rows transposed into `buf` (`in_dim · L` f32s; lanes past the last row zero).
 #[cfg(target_arch = "x86_64")]
-pub(super) fn tail_walk<const L: usize>(
-    weights: Rows,
-    cols: usize,
+pub(super) fn weight_lanes<'a, const L: usize>(
+    weights: Rows<'a>,
+    o: usize,
+    n: usize,
     in_dim: usize,
-    y: &mut [f32],
-    mut block_sums: impl FnMut(&[f32], &mut dyn FnMut(&[[f32; L]])),
-) {
+    buf: &'a mut [f32],
+) -> &'a [f32] {
     let block = in_dim * L;
-    let mut wt = match weights {
-        Rows::RowMajor(_) => vec![0.0f32; block],
-        Rows::Blocked { .. } => Vec::new(),
-    };
-    for o in (0..cols).step_by(L) {
-        let n = (cols - o).min(L);
-        let lanes: &[f32] = match weights {
-            Rows::Blocked { blocks, lanes } => {
-                assert_eq!(lanes, L, "tiled: a copy in blocks of {lanes} for a kernel of {L} lanes");
-                prefetch_block(blocks, block, o / L + 1);
-                &blocks[o / L * block..(o / L + 1) * block]
-            }
-            Rows::RowMajor(w) => {
-                transpose_rows::<L>(&w[o * in_dim..(o + n) * in_dim], n, in_dim, &mut wt);
-                &wt
-            }
-        };
-        block_sums(lanes, &mut |sums| {
-            for (r, row_sums) in sums.iter().enumerate() {
-                y[r * cols + o..r * cols + o + n].copy_from_slice(&row_sums[..n]);
-            }
-        });
+    match weights {
+        Rows::Blocked { blocks, lanes } => {
+            assert_eq!(lanes, L, "tiled: a copy in blocks of {lanes} for a kernel of {L} lanes");
+            &blocks[o / L * block..(o / L + 1) * block]
+        }
+        Rows::RowMajor(w) => {
+            transpose_rows::<L>(&w[o * in_dim..(o + n) * in_dim], n, in_dim, buf);
+            buf
+        }
     }
 }
 
@@ -454,45 +456,18 @@ impl Rows<'_> {
     }
 }
 
-/// Asks for block `b` (of `block` f32s) of a `TailBlocks` copy before it is read: the kernels read a block's
+/// Asks for the lines of `f32s` (a step of a `TailBlocks` copy) before they are read: the kernels read a block's
 /// lanes part by part, the last part first, which the hardware prefetcher does not follow from memory. Asked one
 /// block ahead, one 256 x 256 matrix's tail from DRAM (one thread) went from 40-44 to 21-23 µs at one row and from
 /// 72 to 41-43 µs at ten; two or three blocks ahead were no faster.
 #[cfg(target_arch = "x86_64")]
-pub(super) fn prefetch_block(blocks: &[f32], block: usize, b: usize) {
-    if let Some(lines) = blocks.get(b * block..(b + 1) * block) {
-        for line in lines.chunks(16) {
-            // SAFETY: a prefetch of an address inside `blocks`; it reads nothing into the program
-            #[allow(unsafe_code)]
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.as_ptr().cast())
-            };
-        }
-    }
-}
-
-/// Asks for each next block of a `TailBlocks` copy once, as an x-lane pass over weight rows (`from_col` of
-/// `tiled_walk`) reaches the block before it; nothing for row-major weights.
-#[cfg(target_arch = "x86_64")]
-#[derive(Debug, Default)]
-pub(super) struct BlockAsks {
-    asked: usize,
-}
-
-#[cfg(target_arch = "x86_64")]
-impl BlockAsks {
-    /// The pass is at weight row `o` (each pass of x rows starts again at 0).
-    pub(super) fn at(&mut self, weights: Rows, o: usize, in_dim: usize) {
-        if let Rows::Blocked { blocks, lanes } = weights {
-            if o == 0 {
-                self.asked = 0;
-            }
-            let next = o / lanes + 1;
-            if next > self.asked {
-                prefetch_block(blocks, in_dim * lanes, next);
-                self.asked = next;
-            }
-        }
+pub(super) fn ask_lines(f32s: &[f32]) {
+    for line in f32s.chunks(16) {
+        // SAFETY: a prefetch of an address inside `f32s`; it reads nothing into the program
+        #[allow(unsafe_code)]
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.as_ptr().cast())
+        };
     }
 }
 
@@ -553,6 +528,15 @@ impl<'a> TiledWeights<'a> {
     /// What the tail reads its blocks from.
     pub(super) fn tail(&self) -> Rows<'a> {
         self.copy.unwrap_or(Rows::RowMajor(self.row_major))
+    }
+
+    /// The copy's blocks, where a walk with these passes (and a tail, or not) reads them: what it asks for ahead.
+    pub(super) fn asked(&self, passes: Rows<'a>, tail: bool) -> Option<&'a [f32]> {
+        match (self.copy, passes) {
+            (Some(Rows::Blocked { blocks, .. }), Rows::Blocked { .. }) => Some(blocks),
+            (Some(Rows::Blocked { blocks, .. }), _) if tail => Some(blocks),
+            _ => None,
+        }
     }
 }
 

@@ -7,7 +7,7 @@
 
 use std::arch::x86_64::*;
 
-use super::matmul::{part_len, place_lanes, tail_rows_left, tail_walk, tiled_walk, BlockAsks, Rows, TiledWeights};
+use super::matmul::{part_len, place_lanes, tail_rows_left, tiled_steps, weight_lanes, Rows, TiledWeights};
 
 /// X rows a `tiled` pass holds side by side: one per lane.
 const TILED_LANES: usize = 8;
@@ -18,6 +18,8 @@ const WIDE: usize = 6;
 /// transposing each block of eight weight rows (a few shuffles per element) plus full lanes costs less than an
 /// x-lane pass with two or more of its eight lanes empty (measured: three left 30-40% faster, five left even).
 const TAIL_ROWS: usize = 6;
+/// Weight rows the walk takes a step at a time (`tiled_steps`): four passes of six, three blocks of eight.
+const STEP: usize = 24;
 
 /// The `Tiled` matmul, `y[r, o] = dot_tiled(x[r], w[o], parts)`: the lanes over eight x rows (copied transposed
 /// once per call), the last one to six x rows over eight weight rows (`tail_rows`; the weights' `TailBlocks` copy
@@ -44,59 +46,92 @@ pub(super) unsafe fn tiled(
     let lane_rows = rows - tail;
     let (x_lanes, x_tail) = x.split_at(lane_rows * in_dim);
     let (y_lanes, y_tail) = y.split_at_mut(lane_rows * cols);
-    // with no whole pass of eight (decode, a few rows) the walk would only allocate its transposed rows
-    if lane_rows > 0 {
-        let passes = weights.passes(tail > 0, lane_rows <= TILED_LANES);
-        let mut asks = BlockAsks::default();
-        tiled_walk::<TILED_LANES>(x_lanes, lane_rows, in_dim, cols, |o, xt, r0, lanes| {
-            asks.at(passes, o, in_dim);
-            // weight rows `o..o + C` against the x lanes, row-major (elements 1 apart) or a copy's (eight)
-            macro_rules! pass {
-                ($c:expr) => {
-                    match passes {
-                        Rows::RowMajor(_) => lane_sums::<$c, 1>(passes, o, xt, in_dim, step),
-                        Rows::Blocked { .. } => lane_sums::<$c, TILED_LANES>(passes, o, xt, in_dim, step),
-                    }
-                };
-            }
-            // SAFETY (each arm): the CPU has AVX2; weight rows o..o + C exist, `xt` holds `in_dim` rows of lanes
-            unsafe {
-                match cols - o {
-                    WIDE.. => place_lanes(pass!(WIDE), y_lanes, cols, r0, lanes, o),
-                    _ => place_lanes(pass!(1), y_lanes, cols, r0, lanes, o),
+    let passes = weights.passes(tail > 0, lane_rows <= TILED_LANES);
+    let tail_weights = weights.tail();
+    let mut wt = match tail_weights {
+        Rows::RowMajor(_) if tail > 0 => vec![0.0f32; in_dim * TILED_LANES],
+        _ => Vec::new(),
+    };
+    let pass = |w: std::ops::Range<usize>, xt: &[f32], r0: usize, lanes: usize| {
+        // weight rows `o..o + C` against the x lanes, row-major (elements 1 apart) or a copy's (eight)
+        macro_rules! pass {
+            ($c:expr, $o:expr) => {
+                match passes {
+                    Rows::RowMajor(_) => lane_sums::<$c, 1>(passes, $o, xt, in_dim, step),
+                    Rows::Blocked { .. } => lane_sums::<$c, TILED_LANES>(passes, $o, xt, in_dim, step),
                 }
-            }
-        });
-    }
-    if tail > 0 {
-        // SAFETY: the CPU has AVX2; `x_tail` is `tail` rows and `y_tail` `tail` rows of `cols`
-        unsafe { tail_rows(x_tail, tail, weights.tail(), cols, in_dim, step, y_tail) };
-    }
-}
-
-/// `tiled`'s last `rows` (1..=6) x rows: for each block of eight weight rows, the block transposed (`in_dim` rows
-/// of eight lanes, lanes past the last weight row zero and never stored; a copy's blocks as they are), then every
-/// x row's element `k` broadcast against row `k` of it, in `dot_tiled`'s order per lane.
-///
-/// # Safety
-/// The CPU has AVX2; `x` is `rows x in_dim` with `1 <= rows <= TAIL_ROWS`, `weights` is `cols x in_dim` (a copy:
-/// in blocks of eight), `y` is `rows x cols`.
-#[target_feature(enable = "avx2")]
-unsafe fn tail_rows(x: &[f32], rows: usize, weights: Rows, cols: usize, in_dim: usize, step: usize, y: &mut [f32]) {
-    tail_walk::<TILED_LANES>(weights, cols, in_dim, y, |wt, place| {
-        // SAFETY (each arm): the CPU has AVX2; `x` holds `C` rows of `in_dim`, `wt` `in_dim` rows of eight
-        unsafe {
-            match rows {
-                1 => place(&lane_sums::<1, 1>(Rows::RowMajor(x), 0, wt, in_dim, step)),
-                2 => place(&lane_sums::<2, 1>(Rows::RowMajor(x), 0, wt, in_dim, step)),
-                3 => place(&lane_sums::<3, 1>(Rows::RowMajor(x), 0, wt, in_dim, step)),
-                4 => place(&lane_sums::<4, 1>(Rows::RowMajor(x), 0, wt, in_dim, step)),
-                5 => place(&lane_sums::<5, 1>(Rows::RowMajor(x), 0, wt, in_dim, step)),
-                6 => place(&lane_sums::<6, 1>(Rows::RowMajor(x), 0, wt, in_dim, step)),
-                _ => unreachable!("tail_rows takes 1..=TAIL_ROWS x rows"),
+            };
+        }
+        let mut o = w.start;
+        while o < w.end {
+            // SAFETY (each arm): the CPU has AVX2; weight rows o..o + C exist, `xt` holds `in_dim` rows of lanes
+            o += unsafe {
+                match w.end - o {
+                    WIDE.. => place_lanes(pass!(WIDE, o), y_lanes, cols, r0, lanes, o),
+                    _ => place_lanes(pass!(1, o), y_lanes, cols, r0, lanes, o),
+                }
+            };
+        }
+    };
+    let tail_blocks = |w: std::ops::Range<usize>| {
+        if tail > 0 {
+            for o in w.clone().step_by(TILED_LANES) {
+                let n = (w.end - o).min(TILED_LANES);
+                let lanes = weight_lanes::<TILED_LANES>(tail_weights, o, n, in_dim, &mut wt);
+                // SAFETY: the CPU has AVX2; `x_tail` is `tail` rows and `y_tail` `tail` rows of `cols`
+                unsafe { tail_rows(x_tail, tail, lanes, in_dim, step, y_tail, cols, o..o + n) };
             }
         }
-    });
+    };
+    tiled_steps::<TILED_LANES>(
+        x_lanes,
+        lane_rows,
+        in_dim,
+        cols,
+        STEP,
+        weights.asked(passes, tail > 0),
+        pass,
+        tail_blocks,
+    );
+}
+
+/// `tiled`'s last `rows` (1..=6) x rows against weight rows `w` (at most eight, from a multiple of eight): every x
+/// row's element `k` broadcast against row `k` of `lanes` (the block transposed, `in_dim` rows of eight lanes,
+/// lanes past the last weight row zero and never stored; a copy's block as it is), in `dot_tiled`'s order per
+/// lane.
+///
+/// # Safety
+/// The CPU has AVX2; `x` is `rows x in_dim` with `1 <= rows <= TAIL_ROWS`, `lanes` holds `in_dim` rows of eight,
+/// `y` is `rows x cols`.
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tail_rows(
+    x: &[f32],
+    rows: usize,
+    lanes: &[f32],
+    in_dim: usize,
+    step: usize,
+    y: &mut [f32],
+    cols: usize,
+    w: std::ops::Range<usize>,
+) {
+    let mut place = |sums: &[[f32; TILED_LANES]]| {
+        for (r, row_sums) in sums.iter().enumerate() {
+            y[r * cols + w.start..r * cols + w.end].copy_from_slice(&row_sums[..w.len()]);
+        }
+    };
+    // SAFETY (each arm): the CPU has AVX2; `x` holds `C` rows of `in_dim`, `lanes` `in_dim` rows of eight
+    unsafe {
+        match rows {
+            1 => place(&lane_sums::<1, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step)),
+            2 => place(&lane_sums::<2, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step)),
+            3 => place(&lane_sums::<3, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step)),
+            4 => place(&lane_sums::<4, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step)),
+            5 => place(&lane_sums::<5, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step)),
+            6 => place(&lane_sums::<6, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step)),
+            _ => unreachable!("tail_rows takes 1..=TAIL_ROWS x rows"),
+        }
+    }
 }
 
 /// Rows `at..at + C` of `m` (`in_dim` long, row-major or a copy's), each element `k` broadcast against row `k`

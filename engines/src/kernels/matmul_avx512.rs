@@ -5,7 +5,7 @@
 use std::arch::x86_64::*;
 
 use super::matmul::{
-    part_len, place_lanes, tail_rows_left, tail_walk, tiled_walk, BlockAsks, Lanes, Rows, TiledWeights, LANES,
+    part_len, place_lanes, tail_rows_left, tiled_steps, weight_lanes, Lanes, Rows, TiledWeights, LANES,
 };
 
 /// `acc[r][c][l] = Σ_k x[r][k][l] · w[c][k][l]`, each step fused, `k` ascending. Compiled on its own with the
@@ -58,10 +58,10 @@ const TAIL_ROWS: usize = 10;
 const TAIL_ROWS_FROM_COPY: usize = 15;
 
 /// The `Tiled` matmul, `y[r, o] = dot_tiled(x[r], w[o], parts)`, with the lanes over sixteen x rows (copied
-/// transposed once per call, so a lane reads its row's element `k` where the others read theirs) against sixteen
-/// weight rows at a time (then eight, then one); the last one to ten x rows (fifteen from a copy) over sixteen
-/// weight rows (`tail_rows`), so a short segment's MoE expert (~11 rows) or decode's one row runs no lane empty.
-/// Where the caller built the weights' `TailBlocks` copy at load, the tail reads it, and the passes too when the
+/// transposed once per call, so a lane reads its row's element `k` where the others read theirs) against eight
+/// weight rows at a time (then one); the last one to ten x rows (fifteen from a copy) over sixteen weight rows
+/// (`tail_rows`), so a short segment's MoE expert (~11 rows) or decode's one row runs no lane empty. The weights
+/// are walked sixteen rows at a time, every pass and the tail over each (`tiled_steps`). Where the caller built the weights' `TailBlocks` copy at load, the tail reads it, and the passes too when the
 /// tail does or there is one pass (`TiledWeights::passes`). Each lane keeps `dot_tiled`'s order: the parts last to
 /// first, within a part `k` ascending, each step a multiply then an add (two roundings, as the portable loop),
 /// every sum from -0.0. So the bits are the portable path's.
@@ -86,60 +86,90 @@ pub(super) unsafe fn tiled(
     let lane_rows = rows - tail;
     let (x_lanes, x_tail) = x.split_at(lane_rows * in_dim);
     let (y_lanes, y_tail) = y.split_at_mut(lane_rows * cols);
-    // with no whole pass of sixteen (decode, a few rows) the walk would only allocate its transposed rows
-    if lane_rows > 0 {
-        let passes = weights.passes(tail > 0, lane_rows <= TILED_LANES);
-        let mut asks = BlockAsks::default();
-        tiled_walk::<TILED_LANES>(x_lanes, lane_rows, in_dim, cols, |o, xt, r0, lanes| {
-            asks.at(passes, o, in_dim);
-            // weight rows `o..o + C` against the x lanes, row-major (elements 1 apart) or a copy's (sixteen)
-            macro_rules! pass {
-                ($c:expr) => {
-                    match passes {
-                        Rows::RowMajor(_) => lane_sums::<$c, 1>(passes, o, xt, in_dim, step),
-                        Rows::Blocked { .. } => lane_sums::<$c, TILED_LANES>(passes, o, xt, in_dim, step),
-                    }
-                };
-            }
-            // SAFETY (each arm): the CPU has AVX-512F; weight rows o..o + C exist, `xt` holds `in_dim` rows of lanes
-            unsafe {
-                match cols - o {
-                    16.. => place_lanes(pass!(16), y_lanes, cols, r0, lanes, o),
-                    8..=15 => place_lanes(pass!(8), y_lanes, cols, r0, lanes, o),
-                    _ => place_lanes(pass!(1), y_lanes, cols, r0, lanes, o),
-                }
-            }
-        });
-    }
-    if tail > 0 {
-        // SAFETY: the CPU has AVX-512F; `x_tail` is `tail` rows and `y_tail` `tail` rows of `cols`
-        unsafe { tail_rows(x_tail, tail, weights.tail(), cols, in_dim, step, y_tail) };
-    }
-}
-
-/// `tiled`'s last `rows` (1..=10, or 1..=15 from a copy) x rows: for each block of sixteen weight rows, the block
-/// transposed (`in_dim` rows of sixteen lanes, lanes past the last weight row zero and never stored; a copy's
-/// blocks as they are), then every x row's element `k` broadcast against row `k` of it, in `dot_tiled`'s order
-/// per lane.
-///
-/// # Safety
-/// The CPU has AVX-512F; `x` is `rows x in_dim` with `1 <= rows <= TAIL_ROWS_FROM_COPY`, `weights` is `cols x
-/// in_dim` (a copy: in blocks of sixteen), `y` is `rows x cols`.
-#[target_feature(enable = "avx512f")]
-unsafe fn tail_rows(x: &[f32], rows: usize, weights: Rows, cols: usize, in_dim: usize, step: usize, y: &mut [f32]) {
-    tail_walk::<TILED_LANES>(weights, cols, in_dim, y, |wt, place| {
-        macro_rules! rows_through {
-            ($($c:literal)*) => {
-                match rows {
-                    // SAFETY (each arm): the CPU has AVX-512F; `x` holds `C` rows of `in_dim`, `wt` `in_dim` rows
-                    // of sixteen
-                    $($c => place(&unsafe { lane_sums::<$c, 1>(Rows::RowMajor(x), 0, wt, in_dim, step) }),)*
-                    _ => unreachable!("tail_rows takes 1..=TAIL_ROWS_FROM_COPY x rows"),
+    let passes = weights.passes(tail > 0, lane_rows <= TILED_LANES);
+    let tail_weights = weights.tail();
+    let mut wt = match tail_weights {
+        Rows::RowMajor(_) if tail > 0 => vec![0.0f32; in_dim * TILED_LANES],
+        _ => Vec::new(),
+    };
+    let pass = |w: std::ops::Range<usize>, xt: &[f32], r0: usize, lanes: usize| {
+        // weight rows `o..o + C` against the x lanes, row-major (elements 1 apart) or a copy's (sixteen); eight at
+        // a time: eight part sums and eight totals stay in registers, where sixteen of each spilled to the stack
+        // (one thread, 128 x 512 x 512 at 128 parts: 40-49% of the core's peak with sixteen, 69-80% with eight)
+        macro_rules! pass {
+            ($c:expr, $o:expr) => {
+                match passes {
+                    Rows::RowMajor(_) => lane_sums::<$c, 1>(passes, $o, xt, in_dim, step),
+                    Rows::Blocked { .. } => lane_sums::<$c, TILED_LANES>(passes, $o, xt, in_dim, step),
                 }
             };
         }
-        rows_through!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
-    });
+        let mut o = w.start;
+        while o < w.end {
+            // SAFETY (each arm): the CPU has AVX-512F; weight rows o..o + C exist, `xt` holds `in_dim` rows of lanes
+            o += unsafe {
+                match w.end - o {
+                    8.. => place_lanes(pass!(8, o), y_lanes, cols, r0, lanes, o),
+                    _ => place_lanes(pass!(1, o), y_lanes, cols, r0, lanes, o),
+                }
+            };
+        }
+    };
+    let tail_block = |w: std::ops::Range<usize>| {
+        if tail > 0 {
+            let lanes = weight_lanes::<TILED_LANES>(tail_weights, w.start, w.len(), in_dim, &mut wt);
+            // SAFETY: the CPU has AVX-512F; `x_tail` is `tail` rows and `y_tail` `tail` rows of `cols`
+            unsafe { tail_rows(x_tail, tail, lanes, in_dim, step, y_tail, cols, w) };
+        }
+    };
+    tiled_steps::<TILED_LANES>(
+        x_lanes,
+        lane_rows,
+        in_dim,
+        cols,
+        TILED_LANES,
+        weights.asked(passes, tail > 0),
+        pass,
+        tail_block,
+    );
+}
+
+/// `tiled`'s last `rows` (1..=10, or 1..=15 from a copy) x rows against weight rows `w` (at most sixteen, from a
+/// multiple of sixteen): every x row's element `k` broadcast against row `k` of `lanes` (the block transposed,
+/// `in_dim` rows of sixteen lanes, lanes past the last weight row zero and never stored; a copy's block as it is),
+/// in `dot_tiled`'s order per lane.
+///
+/// # Safety
+/// The CPU has AVX-512F; `x` is `rows x in_dim` with `1 <= rows <= TAIL_ROWS_FROM_COPY`, `lanes` holds `in_dim`
+/// rows of sixteen, `y` is `rows x cols`.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tail_rows(
+    x: &[f32],
+    rows: usize,
+    lanes: &[f32],
+    in_dim: usize,
+    step: usize,
+    y: &mut [f32],
+    cols: usize,
+    w: std::ops::Range<usize>,
+) {
+    let mut place = |sums: &[[f32; TILED_LANES]]| {
+        for (r, row_sums) in sums.iter().enumerate() {
+            y[r * cols + w.start..r * cols + w.end].copy_from_slice(&row_sums[..w.len()]);
+        }
+    };
+    macro_rules! rows_through {
+        ($($c:literal)*) => {
+            match rows {
+                // SAFETY (each arm): the CPU has AVX-512F; `x` holds `C` rows of `in_dim`, `lanes` `in_dim` rows
+                // of sixteen
+                $($c => place(&unsafe { lane_sums::<$c, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step) }),)*
+                _ => unreachable!("tail_rows takes 1..=TAIL_ROWS_FROM_COPY x rows"),
+            }
+        };
+    }
+    rows_through!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
 }
 
 /// Rows `at..at + C` of `m` (`in_dim` long, row-major or a copy's), each element `k` broadcast against row `k`
