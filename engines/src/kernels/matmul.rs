@@ -357,8 +357,9 @@ pub(super) fn transpose_rows<const L: usize>(block: &[f32], n: usize, in_dim: us
 /// x rows. So a step's weights come from memory once and from L1 for every further x row; a walk of all the
 /// weights per pass read them once a pass, from L2 at best (a matrix of 512 x 512 is 1 MiB, 2 with its copy).
 /// The passes' x rows are copied transposed up front, `L` to a pass (`transpose_rows`; lanes past the last x row
-/// are zeros and never stored). `pass(weight rows, xt, r0, lanes)` computes and places the sums of those weight
-/// rows against the pass of x rows `r0..r0 + lanes`; `tail(weight rows)` does the same for the tail's x rows.
+/// are zeros and never stored). `pass(o, left, xt, r0, lanes)` computes and places the sums of weight rows from `o`
+/// on (`left` of them in the step) against the pass of x rows `r0..r0 + lanes` and returns how many weight rows it
+/// took; `tail(weight rows)` computes and places the tail's x rows against a whole step.
 /// Where the passes or the tail read a copy (`ask`), a step asks for the next step's blocks as it starts.
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
@@ -369,7 +370,7 @@ pub(super) fn tiled_steps<const L: usize>(
     cols: usize,
     step: usize,
     ask: Option<&[f32]>,
-    mut pass: impl FnMut(std::ops::Range<usize>, &[f32], usize, usize),
+    mut pass: impl FnMut(usize, usize, &[f32], usize, usize) -> usize,
     mut tail: impl FnMut(std::ops::Range<usize>),
 ) {
     assert!(step > 0 && step.is_multiple_of(L) && x.len() >= rows * in_dim, "tiled: walk shapes");
@@ -387,7 +388,10 @@ pub(super) fn tiled_steps<const L: usize>(
         }
         let weight_rows = o..(o + step).min(cols);
         for (g, lanes) in xt.chunks_exact(in_dim * L).enumerate() {
-            pass(weight_rows.clone(), lanes, g * L, (rows - g * L).min(L));
+            let mut at = weight_rows.start;
+            while at < weight_rows.end {
+                at += pass(at, weight_rows.end - at, lanes, g * L, (rows - g * L).min(L));
+            }
         }
         tail(weight_rows);
     }
@@ -525,9 +529,13 @@ impl<'a> TiledWeights<'a> {
         self.row_major.len() == cols * in_dim && self.copy.is_none_or(|c| c.hold(cols, in_dim))
     }
 
-    /// What the tail reads its blocks from.
-    pub(super) fn tail(&self) -> Rows<'a> {
-        self.copy.unwrap_or(Rows::RowMajor(self.row_major))
+    /// What a tail (if `tail`) reads its blocks of `L` weight rows from, and the buffer it transposes each block
+    /// into where that is the row-major weights (empty otherwise).
+    pub(super) fn tail<const L: usize>(&self, tail: bool, in_dim: usize) -> (Rows<'a>, Vec<f32>) {
+        match self.copy {
+            Some(copy) => (copy, Vec::new()),
+            None => (Rows::RowMajor(self.row_major), if tail { vec![0.0; in_dim * L] } else { Vec::new() }),
+        }
     }
 
     /// The copy's blocks, where a walk with these passes (and a tail, or not) reads them: what it asks for ahead.

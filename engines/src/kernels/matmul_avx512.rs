@@ -87,32 +87,25 @@ pub(super) unsafe fn tiled(
     let (x_lanes, x_tail) = x.split_at(lane_rows * in_dim);
     let (y_lanes, y_tail) = y.split_at_mut(lane_rows * cols);
     let passes = weights.passes(tail > 0, lane_rows <= TILED_LANES);
-    let tail_weights = weights.tail();
-    let mut wt = match tail_weights {
-        Rows::RowMajor(_) if tail > 0 => vec![0.0f32; in_dim * TILED_LANES],
-        _ => Vec::new(),
-    };
-    let pass = |w: std::ops::Range<usize>, xt: &[f32], r0: usize, lanes: usize| {
+    let (tail_weights, mut wt) = weights.tail::<TILED_LANES>(tail > 0, in_dim);
+    let pass = |o: usize, left: usize, xt: &[f32], r0: usize, lanes: usize| {
         // weight rows `o..o + C` against the x lanes, row-major (elements 1 apart) or a copy's (sixteen); eight at
         // a time: eight part sums and eight totals stay in registers, where sixteen of each spilled to the stack
         // (one thread, 128 x 512 x 512 at 128 parts: 40-49% of the core's peak with sixteen, 69-80% with eight)
         macro_rules! pass {
-            ($c:expr, $o:expr) => {
+            ($c:expr) => {
                 match passes {
-                    Rows::RowMajor(_) => lane_sums::<$c, 1>(passes, $o, xt, in_dim, step),
-                    Rows::Blocked { .. } => lane_sums::<$c, TILED_LANES>(passes, $o, xt, in_dim, step),
+                    Rows::RowMajor(_) => lane_sums::<$c, 1>(passes, o, xt, in_dim, step),
+                    Rows::Blocked { .. } => lane_sums::<$c, TILED_LANES>(passes, o, xt, in_dim, step),
                 }
             };
         }
-        let mut o = w.start;
-        while o < w.end {
-            // SAFETY (each arm): the CPU has AVX-512F; weight rows o..o + C exist, `xt` holds `in_dim` rows of lanes
-            o += unsafe {
-                match w.end - o {
-                    8.. => place_lanes(pass!(8, o), y_lanes, cols, r0, lanes, o),
-                    _ => place_lanes(pass!(1, o), y_lanes, cols, r0, lanes, o),
-                }
-            };
+        // SAFETY (each arm): the CPU has AVX-512F; weight rows o..o + C exist, `xt` holds `in_dim` rows of lanes
+        unsafe {
+            match left {
+                8.. => place_lanes(pass!(8), y_lanes, cols, r0, lanes, o),
+                _ => place_lanes(pass!(1), y_lanes, cols, r0, lanes, o),
+            }
         }
     };
     let tail_block = |w: std::ops::Range<usize>| {
