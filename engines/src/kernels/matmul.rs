@@ -354,8 +354,9 @@ pub(super) fn transpose_rows<const L: usize>(block: &[f32], n: usize, in_dim: us
 
 /// The walk of the SIMD `Tiled` kernels (`matmul_avx512::tiled`, `matmul_avx2::tiled`): the weight rows `step` at
 /// a time (whole blocks of a `TailBlocks` copy), and for each step every x-lane pass against them, then the tail's
-/// x rows. So a step's weights come from memory once and from L1 for every further x row; a walk of all the
-/// weights per pass read them once a pass, from L2 at best (a matrix of 512 x 512 is 1 MiB, 2 with its copy).
+/// x rows. So a step's weights come from memory once and from the core's own caches for every further x row (a
+/// step of 16 rows of 512 is 32 KiB); a walk of all the weights per pass read them once a pass, from L2 at best (a
+/// matrix of 512 x 512 is 1 MiB, 2 with its copy).
 /// The passes' x rows are copied transposed up front, `L` to a pass (`transpose_rows`; lanes past the last x row
 /// are zeros and never stored). `pass(o, left, xt, r0, lanes)` computes and places the sums of weight rows from `o`
 /// on (`left` of them in the step) against the pass of x rows `r0..r0 + lanes` and returns how many weight rows it
