@@ -352,33 +352,47 @@ pub(super) fn transpose_rows<const L: usize>(block: &[f32], n: usize, in_dim: us
     }
 }
 
-/// The walk of the SIMD `Tiled` kernels (`matmul_avx512::tiled`, `matmul_avx2::tiled`): the weight rows `step` at
-/// a time (whole blocks of a `TailBlocks` copy), and for each step every x-lane pass against them, then the tail's
-/// x rows. So a step's weights come from memory once and from the core's own caches for every further x row (a
-/// step of 16 rows of 512 is 32 KiB); a walk of all the weights per pass read them once a pass, from L2 at best (a
-/// matrix of 512 x 512 is 1 MiB, 2 with its copy).
+/// The walk of the SIMD `Tiled` kernels (`matmul_avx512::tiled`, `matmul_avx2::tiled`) over `y = x · wᵀ`, whose last
+/// `tail` x rows run over weight lanes: the weight rows `step` at a time (whole blocks of a `TailBlocks` copy), and for
+/// each step every x-lane pass against them, then the tail's x rows. So a step's weights come from memory once and
+/// from the core's own caches for every further x row (a step of 16 rows of 512 is 32 KiB); a walk of all the
+/// weights per pass read them once a pass, from L2 at best (a matrix of 512 x 512 is 1 MiB, 2 with its copy).
 /// The passes' x rows are copied transposed up front, `L` to a pass (`transpose_rows`; lanes past the last x row
-/// are zeros and never stored). `pass(o, left, xt, r0, lanes)` computes and places the sums of weight rows from `o`
-/// on (`left` of them in the step) against the pass of x rows `r0..r0 + lanes` and returns how many weight rows it
-/// took; `tail(weight rows)` computes and places the tail's x rows against a whole step.
-/// Where the passes or the tail read a copy (`ask`), a step asks for the next step's blocks as it starts.
+/// are zeros and never stored). `pass(rows, o, left, xt, r0, lanes, y)` computes the sums of weight rows from `o` on
+/// (`left` of them in the step; read from `rows`: the copy or the row-major weights, `TiledWeights::passes`) against
+/// the pass of x rows `r0..r0 + lanes`, places them in `y` (the passes' rows of `y`) and returns how many weight
+/// rows it took. `tail(x, lanes, weight rows, y)` does the same for the tail's x rows against a block of `L` weight
+/// rows (`weight_lanes`) and the tail's rows of `y`. Where the passes or the tail read a copy, a step asks for the
+/// next step's blocks as it starts.
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn tiled_steps<const L: usize>(
     x: &[f32],
     rows: usize,
+    tail: usize,
+    weights: TiledWeights,
     in_dim: usize,
     cols: usize,
     step: usize,
-    ask: Option<&[f32]>,
-    mut pass: impl FnMut(usize, usize, &[f32], usize, usize) -> usize,
-    mut tail: impl FnMut(std::ops::Range<usize>),
+    y: &mut [f32],
+    mut pass: impl FnMut(Rows, usize, usize, &[f32], usize, usize, &mut [f32]) -> usize,
+    mut tail_block: impl FnMut(&[f32], &[f32], std::ops::Range<usize>, &mut [f32]),
 ) {
-    assert!(step > 0 && step.is_multiple_of(L) && x.len() >= rows * in_dim, "tiled: walk shapes");
-    let mut xt = vec![0.0f32; rows.div_ceil(L) * in_dim * L];
+    assert!(step > 0 && step.is_multiple_of(L) && tail <= rows && x.len() >= rows * in_dim, "tiled: walk shapes");
+    let lane_rows = rows - tail;
+    let (x_lanes, x_tail) = x.split_at(lane_rows * in_dim);
+    let (y_lanes, y_tail) = y.split_at_mut(lane_rows * cols);
+    let passes = weights.passes(tail > 0, lane_rows <= L);
+    let ask = weights.asked(passes, tail > 0);
+    let tail_weights = weights.tail();
+    let mut wt = match tail_weights {
+        Rows::RowMajor(_) if tail > 0 => vec![0.0f32; in_dim * L],
+        _ => Vec::new(),
+    };
+    let mut xt = vec![0.0f32; lane_rows.div_ceil(L) * in_dim * L];
     for (g, lanes) in xt.chunks_exact_mut(in_dim * L).enumerate() {
-        let n = (rows - g * L).min(L);
-        transpose_rows::<L>(&x[g * L * in_dim..(g * L + n) * in_dim], n, in_dim, lanes);
+        let n = (lane_rows - g * L).min(L);
+        transpose_rows::<L>(&x_lanes[g * L * in_dim..(g * L + n) * in_dim], n, in_dim, lanes);
     }
     for o in (0..cols).step_by(step) {
         if let Some(blocks) = ask {
@@ -387,14 +401,19 @@ pub(super) fn tiled_steps<const L: usize>(
             let at = |r: usize| (r.min(cols.next_multiple_of(L)) * in_dim).min(blocks.len());
             ask_lines(&blocks[at(o + step)..at(o + 2 * step)]);
         }
-        let weight_rows = o..(o + step).min(cols);
+        let end = (o + step).min(cols);
         for (g, lanes) in xt.chunks_exact(in_dim * L).enumerate() {
-            let mut at = weight_rows.start;
-            while at < weight_rows.end {
-                at += pass(at, weight_rows.end - at, lanes, g * L, (rows - g * L).min(L));
+            let mut at = o;
+            while at < end {
+                at += pass(passes, at, end - at, lanes, g * L, (lane_rows - g * L).min(L), y_lanes);
             }
         }
-        tail(weight_rows);
+        if tail > 0 {
+            for b in (o..end).step_by(L) {
+                let n = (end - b).min(L);
+                tail_block(x_tail, weight_lanes::<L>(tail_weights, b, n, in_dim, &mut wt), b..b + n, y_tail);
+            }
+        }
     }
 }
 
@@ -495,6 +514,15 @@ pub(super) fn place_lanes<const C: usize, const L: usize>(
     C
 }
 
+/// Writes a `Tiled` tail's sums (`sums[r][j]`: tail x row `r`, weight row `w.start + j`) into `y` (the tail's rows,
+/// of `cols`), the block's lanes past `w` left out.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn place_tail<const L: usize>(sums: &[[f32; L]], y: &mut [f32], cols: usize, w: std::ops::Range<usize>) {
+    for (r, row_sums) in sums.iter().enumerate() {
+        y[r * cols + w.start..r * cols + w.end].copy_from_slice(&row_sums[..w.len()]);
+    }
+}
+
 /// A SIMD `Tiled` matmul (`matmul_avx512::tiled`, `matmul_avx2::tiled`; lanes over x rows, the last few rows
 /// over weight rows): x, rows, the weights (row-major, or their `TailBlocks` copy from the task's first row on),
 /// cols, in_dim, parts, y.
@@ -530,13 +558,9 @@ impl<'a> TiledWeights<'a> {
         self.row_major.len() == cols * in_dim && self.copy.is_none_or(|c| c.hold(cols, in_dim))
     }
 
-    /// What a tail (if `tail`) reads its blocks of `L` weight rows from, and the buffer it transposes each block
-    /// into where that is the row-major weights (empty otherwise).
-    pub(super) fn tail<const L: usize>(&self, tail: bool, in_dim: usize) -> (Rows<'a>, Vec<f32>) {
-        match self.copy {
-            Some(copy) => (copy, Vec::new()),
-            None => (Rows::RowMajor(self.row_major), if tail { vec![0.0; in_dim * L] } else { Vec::new() }),
-        }
+    /// What the tail reads its blocks from.
+    pub(super) fn tail(&self) -> Rows<'a> {
+        self.copy.unwrap_or(Rows::RowMajor(self.row_major))
     }
 
     /// The copy's blocks, where a walk with these passes (and a tail, or not) reads them: what it asks for ahead.

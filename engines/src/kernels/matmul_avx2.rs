@@ -7,7 +7,7 @@
 
 use std::arch::x86_64::*;
 
-use super::matmul::{part_len, place_lanes, tail_rows_left, tiled_steps, weight_lanes, Rows, TiledWeights};
+use super::matmul::{part_len, place_lanes, place_tail, tail_rows_left, tiled_steps, Rows, TiledWeights};
 
 /// X rows a `tiled` pass holds side by side: one per lane.
 const TILED_LANES: usize = 8;
@@ -43,12 +43,7 @@ pub(super) unsafe fn tiled(
     assert!(in_dim > 0 && x.len() == rows * in_dim && weights.hold(cols, in_dim) && y.len() == rows * cols);
     let step = part_len(in_dim, parts);
     let tail = tail_rows_left(rows, TILED_LANES, TAIL_ROWS);
-    let lane_rows = rows - tail;
-    let (x_lanes, x_tail) = x.split_at(lane_rows * in_dim);
-    let (y_lanes, y_tail) = y.split_at_mut(lane_rows * cols);
-    let passes = weights.passes(tail > 0, lane_rows <= TILED_LANES);
-    let (tail_weights, mut wt) = weights.tail::<TILED_LANES>(tail > 0, in_dim);
-    let pass = |o: usize, left: usize, xt: &[f32], r0: usize, lanes: usize| {
+    let pass = |passes: Rows, o: usize, left: usize, xt: &[f32], r0: usize, lanes: usize, y: &mut [f32]| {
         // weight rows `o..o + C` against the x lanes, row-major (elements 1 apart) or a copy's (eight)
         macro_rules! pass {
             ($c:expr) => {
@@ -61,31 +56,16 @@ pub(super) unsafe fn tiled(
         // SAFETY (each arm): the CPU has AVX2; weight rows o..o + C exist, `xt` holds `in_dim` rows of lanes
         unsafe {
             match left {
-                WIDE.. => place_lanes(pass!(WIDE), y_lanes, cols, r0, lanes, o),
-                _ => place_lanes(pass!(1), y_lanes, cols, r0, lanes, o),
+                WIDE.. => place_lanes(pass!(WIDE), y, cols, r0, lanes, o),
+                _ => place_lanes(pass!(1), y, cols, r0, lanes, o),
             }
         }
     };
-    let tail_blocks = |w: std::ops::Range<usize>| {
-        if tail > 0 {
-            for o in w.clone().step_by(TILED_LANES) {
-                let n = (w.end - o).min(TILED_LANES);
-                let lanes = weight_lanes::<TILED_LANES>(tail_weights, o, n, in_dim, &mut wt);
-                // SAFETY: the CPU has AVX2; `x_tail` is `tail` rows and `y_tail` `tail` rows of `cols`
-                unsafe { tail_rows(x_tail, tail, lanes, in_dim, step, y_tail, cols, o..o + n) };
-            }
-        }
+    let tail_block = |x: &[f32], lanes: &[f32], w: std::ops::Range<usize>, y: &mut [f32]| {
+        // SAFETY: the CPU has AVX2; `x` is `tail` rows and `y` `tail` rows of `cols`, `lanes` one block
+        unsafe { tail_rows(x, tail, lanes, in_dim, step, y, cols, w) };
     };
-    tiled_steps::<TILED_LANES>(
-        x_lanes,
-        lane_rows,
-        in_dim,
-        cols,
-        STEP,
-        weights.asked(passes, tail > 0),
-        pass,
-        tail_blocks,
-    );
+    tiled_steps::<TILED_LANES>(x, rows, tail, weights, in_dim, cols, STEP, y, pass, tail_block);
 }
 
 /// `tiled`'s last `rows` (1..=6) x rows against weight rows `w` (at most eight, from a multiple of eight): every x
@@ -108,11 +88,7 @@ unsafe fn tail_rows(
     cols: usize,
     w: std::ops::Range<usize>,
 ) {
-    let mut place = |sums: &[[f32; TILED_LANES]]| {
-        for (r, row_sums) in sums.iter().enumerate() {
-            y[r * cols + w.start..r * cols + w.end].copy_from_slice(&row_sums[..w.len()]);
-        }
-    };
+    let mut place = |sums: &[[f32; TILED_LANES]]| place_tail(sums, y, cols, w.clone());
     // SAFETY (each arm): the CPU has AVX2; `x` holds `C` rows of `in_dim`, `lanes` `in_dim` rows of eight
     unsafe {
         match rows {

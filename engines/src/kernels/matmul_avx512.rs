@@ -4,9 +4,7 @@
 
 use std::arch::x86_64::*;
 
-use super::matmul::{
-    part_len, place_lanes, tail_rows_left, tiled_steps, weight_lanes, Lanes, Rows, TiledWeights, LANES,
-};
+use super::matmul::{part_len, place_lanes, place_tail, tail_rows_left, tiled_steps, Lanes, Rows, TiledWeights, LANES};
 
 /// `acc[r][c][l] = Σ_k x[r][k][l] · w[c][k][l]`, each step fused, `k` ascending. Compiled on its own with the
 /// shapes as constants, every accumulator lives in a register (the 4 x 4 step is 8 loads and 16 `vfmadd`, no
@@ -83,12 +81,7 @@ pub(super) unsafe fn tiled(
     let step = part_len(in_dim, parts);
     let most = if weights.copy.is_some() { TAIL_ROWS_FROM_COPY } else { TAIL_ROWS };
     let tail = tail_rows_left(rows, TILED_LANES, most);
-    let lane_rows = rows - tail;
-    let (x_lanes, x_tail) = x.split_at(lane_rows * in_dim);
-    let (y_lanes, y_tail) = y.split_at_mut(lane_rows * cols);
-    let passes = weights.passes(tail > 0, lane_rows <= TILED_LANES);
-    let (tail_weights, mut wt) = weights.tail::<TILED_LANES>(tail > 0, in_dim);
-    let pass = |o: usize, left: usize, xt: &[f32], r0: usize, lanes: usize| {
+    let pass = |passes: Rows, o: usize, left: usize, xt: &[f32], r0: usize, lanes: usize, y: &mut [f32]| {
         // weight rows `o..o + C` against the x lanes, row-major (elements 1 apart) or a copy's (sixteen); eight at
         // a time: eight part sums and eight totals stay in registers, where sixteen of each spilled to the stack
         // (one thread, 128 x 512 x 512 at 128 parts: 40-49% of the core's peak with sixteen, 69-80% with eight)
@@ -103,28 +96,16 @@ pub(super) unsafe fn tiled(
         // SAFETY (each arm): the CPU has AVX-512F; weight rows o..o + C exist, `xt` holds `in_dim` rows of lanes
         unsafe {
             match left {
-                8.. => place_lanes(pass!(8), y_lanes, cols, r0, lanes, o),
-                _ => place_lanes(pass!(1), y_lanes, cols, r0, lanes, o),
+                8.. => place_lanes(pass!(8), y, cols, r0, lanes, o),
+                _ => place_lanes(pass!(1), y, cols, r0, lanes, o),
             }
         }
     };
-    let tail_block = |w: std::ops::Range<usize>| {
-        if tail > 0 {
-            let lanes = weight_lanes::<TILED_LANES>(tail_weights, w.start, w.len(), in_dim, &mut wt);
-            // SAFETY: the CPU has AVX-512F; `x_tail` is `tail` rows and `y_tail` `tail` rows of `cols`
-            unsafe { tail_rows(x_tail, tail, lanes, in_dim, step, y_tail, cols, w) };
-        }
+    let tail_block = |x: &[f32], lanes: &[f32], w: std::ops::Range<usize>, y: &mut [f32]| {
+        // SAFETY: the CPU has AVX-512F; `x` is `tail` rows and `y` `tail` rows of `cols`, `lanes` one block
+        unsafe { tail_rows(x, tail, lanes, in_dim, step, y, cols, w) };
     };
-    tiled_steps::<TILED_LANES>(
-        x_lanes,
-        lane_rows,
-        in_dim,
-        cols,
-        TILED_LANES,
-        weights.asked(passes, tail > 0),
-        pass,
-        tail_block,
-    );
+    tiled_steps::<TILED_LANES>(x, rows, tail, weights, in_dim, cols, TILED_LANES, y, pass, tail_block);
 }
 
 /// `tiled`'s last `rows` (1..=10, or 1..=15 from a copy) x rows against weight rows `w` (at most sixteen, from a
@@ -147,11 +128,7 @@ unsafe fn tail_rows(
     cols: usize,
     w: std::ops::Range<usize>,
 ) {
-    let mut place = |sums: &[[f32; TILED_LANES]]| {
-        for (r, row_sums) in sums.iter().enumerate() {
-            y[r * cols + w.start..r * cols + w.end].copy_from_slice(&row_sums[..w.len()]);
-        }
-    };
+    let mut place = |sums: &[[f32; TILED_LANES]]| place_tail(sums, y, cols, w.clone());
     macro_rules! rows_through {
         ($($c:literal)*) => {
             match rows {
