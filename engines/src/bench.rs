@@ -4,6 +4,7 @@
 //! conversation.
 
 mod limits;
+mod read_around;
 
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -19,6 +20,7 @@ use crate::error::Result;
 use crate::kernels::{attend_many, matmul, qmatmul, work, QMatrix, QType, Work};
 
 pub use limits::Limits;
+pub use read_around::{Around, ReadAround};
 
 /// Lengths used per preset: (prefill prompt, decode tokens, conversation turn-1 prompt).
 fn sizes(preset: Preset) -> (usize, usize, usize) {
@@ -100,8 +102,9 @@ fn time_attention(positions: usize, width: usize, reps: usize) -> f64 {
 /// GB/s of a decode step's attention (one row) read from DRAM: SmolLM2's shape (9 query heads of 64 over 3 kv heads)
 /// over `positions` cached positions, k and v stored kv head by kv head as the GGUF engine keeps them
 /// (`cache::HeadMajorCache`), `layers` layers' caches attended one after another so they come from memory, as in a
-/// decode step; best of `reps` sweeps over the layers. Also the bytes of cached k and v one sweep reads.
-fn decode_attention_gbs(positions: usize, layers: usize, reps: usize) -> (f64, usize) {
+/// decode step; best of `reps` sweeps over the layers. Also the bytes of cached k and v one sweep reads, and the
+/// DRAM read around the sweeps.
+fn decode_attention_gbs(positions: usize, layers: usize, reps: usize, reader: &ReadAround) -> (f64, usize, Around) {
     use crate::arch::gqa_attend::{attend_rows, Heads};
     use crate::cache::{HeadMajorCache, RowMeta};
     let (width, heads, kv_heads) = (64, 9, 3);
@@ -122,15 +125,17 @@ fn decode_attention_gbs(positions: usize, layers: usize, reps: usize) -> (f64, u
     let q = filled(heads * width, 89);
     let mut att = vec![0.0; heads * width];
     let shape = Heads { width, heads, group: heads / kv_heads, scale: 0.125 };
-    let seconds = best_of(reps, || {
-        crate::decode_team::run(|| {
-            for (k, v) in &caches {
-                attend_rows(&q, shape, |_| 0..positions, |g, p| (k.get(g, p), v.get(g, p)), &mut att);
-            }
+    let (seconds, around) = reader.around(|| {
+        best_of(reps, || {
+            crate::decode_team::run(|| {
+                for (k, v) in &caches {
+                    attend_rows(&q, shape, |_| 0..positions, |g, p| (k.get(g, p), v.get(g, p)), &mut att);
+                }
+            })
         })
     });
     let bytes = layers * 2 * positions * kvd * 4;
-    (bytes as f64 / seconds / 1e9, bytes)
+    (bytes as f64 / seconds / 1e9, bytes, around)
 }
 
 /// A Q4_1 matrix of `out x inp` laid out directly (quantizing its f32 source would take 6x the memory): every
@@ -155,7 +160,7 @@ fn filled(n: usize, m: usize) -> Vec<f32> {
 /// The batch-invariant matmul at a prefill shape (against the compute peak) and at decode shapes (against the
 /// bandwidth): one whose weights fit in cache, and one whose weights are several times the last-level cache.
 /// The limits are measured before and after the kernels, and the best of the two counts.
-pub fn kernels(before: Limits) -> (String, Limits) {
+pub fn kernels(before: Limits, reader: &ReadAround) -> (String, Limits) {
     let (inp, outp) = (1024, 1024);
     let w = filled(inp * outp, 97);
     let rows = 256;
@@ -166,7 +171,8 @@ pub fn kernels(before: Limits) -> (String, Limits) {
     let big_in = 4096;
     let big_out = limits::stream_bytes(before.llc_bytes, None) / (4 * big_in);
     let w = filled(big_out * big_in, 97);
-    let big_gbs = (4 * big_in * big_out) as f64 / time_matmul(&filled(big_in, 89), 1, &w, big_out, big_in, 3) / 1e9;
+    let (big_seconds, big_around) = reader.around(|| time_matmul(&filled(big_in, 89), 1, &w, big_out, big_in, 3));
+    let big_gbs = (4 * big_in * big_out) as f64 / big_seconds / 1e9;
     drop(w);
     // the quantized kernel (Q4_1 weights against 8-bit activations, as the GGUF model runs it) at the same shapes
     let w = QMatrix::quantize(QType::Q4_1, &filled(inp * outp, 97), outp, inp);
@@ -174,7 +180,8 @@ pub fn kernels(before: Limits) -> (String, Limits) {
     let big_out_q = limits::stream_bytes(before.llc_bytes, None) / QType::Q4_1.row_bytes(big_in);
     let wq = q4_1_filled(big_out_q, big_in);
     let q_bytes = (QType::Q4_1.row_bytes(big_in) * big_out_q) as f64;
-    let q_gbs = q_bytes / time_qmatmul(&filled(big_in, 89), 1, &wq, 3) / 1e9;
+    let (q_seconds, q_around) = reader.around(|| time_qmatmul(&filled(big_in, 89), 1, &wq, 3));
+    let q_gbs = q_bytes / q_seconds / 1e9;
     drop((w, wq));
     // the quantized decode kernel on a matrix that stays in cache (SmolLM2's gate, 540 KiB): its own rate, the
     // most a decode of whole-model weights can read whatever the memory gives; run as a decode step runs it
@@ -190,7 +197,8 @@ pub fn kernels(before: Limits) -> (String, Limits) {
     let att_gflops = att_flops / time_attention(positions, width, 3) / 1e9;
     // a decode step's attention over a long context, 30 layers' caches (90 MiB: several times the last-level cache)
     let (decode_positions, decode_layers) = (2048, 30);
-    let (decode_att_gbs, decode_att_bytes) = decode_attention_gbs(decode_positions, decode_layers, 20);
+    let (decode_att_gbs, decode_att_bytes, att_around) =
+        decode_attention_gbs(decode_positions, decode_layers, 20, reader);
     let l = before.best(Limits::measure());
 
     let mut out = describe(&l);
@@ -206,8 +214,10 @@ pub fn kernels(before: Limits) -> (String, Limits) {
     );
     let _ = writeln!(
         out,
-        "qmatvec Q4_1 1 x {big_in} x {big_out_q}: {q_gbs:7.1} GB/s = {:5.1}% of DRAM read ({} MiB of weights)",
-        pct(q_gbs, l.bandwidth_gbs),
+        "qmatvec Q4_1 1 x {big_in} x {big_out_q}: {q_gbs:7.1} GB/s = {:5.1}% of the DRAM read around it ({}; {} MiB of \
+         weights)",
+        pct(q_gbs, q_around.read_gbs),
+        q_around.describe(),
         (q_bytes as u64) >> 20
     );
     let _ = writeln!(
@@ -226,8 +236,10 @@ pub fn kernels(before: Limits) -> (String, Limits) {
     let _ = writeln!(
         out,
         "decode attention 1 row x {decode_positions} positions (9 heads of 64, 3 kv heads stored apart, \
-         {decode_layers} layers): {decode_att_gbs:7.1} GB/s = {:5.1}% of DRAM read ({} MiB of cached k/v){}",
-        pct(decode_att_gbs, l.bandwidth_gbs),
+         {decode_layers} layers): {decode_att_gbs:7.1} GB/s = {:5.1}% of the DRAM read around it ({}; {} MiB of cached \
+         k/v){}",
+        pct(decode_att_gbs, att_around.read_gbs),
+        att_around.describe(),
         decode_att_bytes >> 20,
         of_a_read_as_large(decode_att_gbs, decode_att_bytes).0
     );
@@ -240,8 +252,10 @@ pub fn kernels(before: Limits) -> (String, Limits) {
     );
     let _ = writeln!(
         out,
-        "matvec    1 x {big_in} x {big_out}: {big_gbs:7.1} GB/s    = {:5.1}% of DRAM read ({} MiB of weights)",
-        pct(big_gbs, l.bandwidth_gbs),
+        "matvec    1 x {big_in} x {big_out}: {big_gbs:7.1} GB/s    = {:5.1}% of the DRAM read around it ({}; {} MiB of \
+         weights)",
+        pct(big_gbs, big_around.read_gbs),
+        big_around.describe(),
         (4 * big_in * big_out) >> 20
     );
     (out, l)
@@ -262,19 +276,30 @@ pub struct Phase {
     /// The slowest run's seconds (`seconds` itself when the phase ran once).
     pub slowest_seconds: f64,
     pub runs: usize,
+    /// The DRAM read measured around the fastest run, where it was (a decode phase's limit).
+    pub read: Option<Around>,
+    /// The DRAM read measured around the slowest run.
+    pub slowest_read: Option<Around>,
 }
 
 impl Phase {
     /// One run of a phase.
     pub fn once(work: Work, seconds: f64, tokens: usize) -> Phase {
-        Phase { work, seconds, tokens, slowest_seconds: seconds, runs: 1 }
+        Phase { work, seconds, tokens, slowest_seconds: seconds, runs: 1, read: None, slowest_read: None }
     }
 
-    /// The faster of two runs of the same phase, keeping the slowest time either saw.
+    /// This run with the DRAM read measured around it ([`ReadAround::around`]).
+    pub fn with_read(self, around: Around) -> Phase {
+        Phase { read: Some(around), slowest_read: Some(around), ..self }
+    }
+
+    /// The faster of two runs of the same phase, keeping the slowest time either saw (and the read around it).
     pub fn best(self, other: Phase) -> Phase {
         let fastest = if other.seconds < self.seconds { other } else { self };
+        let slowest = if other.slowest_seconds > self.slowest_seconds { other } else { self };
         Phase {
-            slowest_seconds: self.slowest_seconds.max(other.slowest_seconds),
+            slowest_seconds: slowest.slowest_seconds,
+            slowest_read: slowest.slowest_read,
             runs: self.runs + other.runs,
             ..fastest
         }
@@ -310,9 +335,10 @@ fn of_a_read_as_large(gbs: f64, bytes: usize) -> (String, f64) {
 
 /// Whole-model prefill against the compute peak (the kernels' counted FLOPs per token x tokens/s) and decode
 /// against the bandwidth (the weight bytes and the cached key and value bytes read per token x tokens/s), one
-/// line. Where a decode step's bytes fit in the last-level cache, the DRAM read does not bound it: the line says so
-/// and also puts the decode against a read of as many bytes over and over (measured here,
-/// [`limits::read_bandwidth`]), the rate of the cache that holds them.
+/// line. A decode phase timed with the read around it ([`Phase::read`]) is put against that read, each run (the
+/// fastest, the slowest) against its own; one without, against the block's `l`. Where a decode step's bytes fit in
+/// the last-level cache, the DRAM read does not bound it: the line says so and also puts the decode against a read
+/// of as many bytes over and over (measured here, [`limits::read_bandwidth`]), the rate of the cache that holds them.
 pub fn model_fractions(l: &Limits, prefill: Phase, decode: Phase) -> String {
     let gflops = prefill.work.flops as f64 / prefill.seconds.max(1e-9) / 1e9;
     let bytes = decode.work.weight_bytes + decode.work.cache_bytes;
@@ -335,30 +361,40 @@ pub fn model_fractions(l: &Limits, prefill: Phase, decode: Phase) -> String {
         }
         _ => String::new(),
     };
-    let (prefill_pct, decode_pct) = (pct(gflops, l.peak_gflops), pct(gbs, l.bandwidth_gbs));
+    let read_of = |around: Option<Around>| around.map_or(l.bandwidth_gbs, |a| a.read_gbs);
+    let (prefill_pct, decode_pct) = (pct(gflops, l.peak_gflops), pct(gbs, read_of(decode.read)));
+    let of_read = match decode.read {
+        Some(around) => format!("of the DRAM read around it ({})", around.describe()),
+        None => "of DRAM read".into(),
+    };
+    let decode_slowest = if decode.runs > 1 {
+        let at = pct(bytes as f64 / decode.slowest_seconds.max(1e-9) / 1e9, read_of(decode.slowest_read));
+        format!(" (slowest run {at:.1}%)")
+    } else {
+        String::new()
+    };
     format!(
         "prefill {:.2} GFLOP/token, {gflops:.1} GFLOP/s = {prefill_pct:.1}% of peak{}; decode {:.1} MiB of weights + \
-         {:.1} MiB of cached k/v rows per token, {gbs:.1} GB/s = {decode_pct:.1}% of DRAM read{}{in_cache}",
+         {:.1} MiB of cached k/v rows per token, {gbs:.1} GB/s = {decode_pct:.1}% {of_read}{decode_slowest}{in_cache}",
         prefill.work.flops as f64 / prefill.tokens.max(1) as f64 / 1e9,
         slowest(&prefill, prefill_pct),
         mib(decode.work.weight_bytes),
         mib(decode.work.cache_bytes),
-        slowest(&decode, decode_pct)
     )
 }
 
 /// The prefill and the decode phase of one engine at `preset`, each the fastest of [`MODEL_RUNS`] runs: the first
 /// on `engine` (whose state then holds the prefilled prompt, as the report's state size says), the others on fresh
 /// engines.
-fn throughput(engine: &mut dyn Engine, preset: Preset) -> Result<(Phase, Phase)> {
+fn throughput(engine: &mut dyn Engine, preset: Preset, reader: &ReadAround) -> Result<(Phase, Phase)> {
     Phase::fastest_of(|k| match k {
-        0 => throughput_once(engine, preset),
-        _ => throughput_once(engine.fresh().as_mut(), preset),
+        0 => throughput_once(engine, preset, reader),
+        _ => throughput_once(engine.fresh().as_mut(), preset, reader),
     })
 }
 
-/// One run of the prefill and the decode phase of one engine at `preset`.
-fn throughput_once(engine: &mut dyn Engine, preset: Preset) -> Result<(Phase, Phase)> {
+/// One run of the prefill and the decode phase of one engine at `preset`, the decode with the DRAM read around it.
+fn throughput_once(engine: &mut dyn Engine, preset: Preset, reader: &ReadAround) -> Result<(Phase, Phase)> {
     let (prefill_n, decode_n, _) = sizes(preset);
     let prompt = ids(prefill_n, 1);
     let w0 = work();
@@ -371,11 +407,14 @@ fn throughput_once(engine: &mut dyn Engine, preset: Preset) -> Result<(Phase, Ph
     let w1 = work();
     engine.fresh().generate(&short, &mut NoObserver)?;
     let first = work().since(w1);
+    let mut fresh = engine.fresh();
     let w2 = work();
-    let r = engine.fresh().generate(&Request { max_tokens: decode_n, ignore_eos: true, ..short }, &mut NoObserver)?;
+    let (r, around) =
+        reader.around(|| fresh.generate(&Request { max_tokens: decode_n, ignore_eos: true, ..short }, &mut NoObserver));
+    let r = r?;
     let total = work().since(w2);
     let decode = Phase::once(total.since(first), secs(r.timings.decode), r.tokens.len().saturating_sub(1));
-    Ok((prefill, decode))
+    Ok((prefill, decode.with_read(around)))
 }
 
 /// Turn 2 of a long conversation, warm (reusing turn 1) vs cold.
@@ -410,7 +449,8 @@ fn second_turn(engine: &mut dyn Engine, preset: Preset) -> Result<String> {
 /// The whole benchmark report for `arch` at each preset.
 pub fn run(arch: &str, presets: &[Preset], seed: u64) -> Result<String> {
     let steal = StealMeter::start();
-    let (mut out, limits) = kernels(Limits::measure());
+    let reader = ReadAround::new();
+    let (mut out, limits) = kernels(Limits::measure(), &reader);
     let _ = writeln!(out, "{} while the limits and kernels above were measured", cpu_steal::describe(steal.ticks()));
     for &preset in presets {
         let steal = StealMeter::start();
@@ -418,7 +458,7 @@ pub fn run(arch: &str, presets: &[Preset], seed: u64) -> Result<String> {
         let mut engine = bundled::open_preset(arch, preset, seed, None)?;
         let load = t.elapsed();
         let (prefill_n, decode_n, _) = sizes(preset);
-        let (p, d) = throughput(engine.as_mut(), preset)?;
+        let (p, d) = throughput(engine.as_mut(), preset, &reader)?;
         let ((prefill, prefill_slowest), (decode, decode_slowest)) = (p.tokens_per_second(), d.tokens_per_second());
         let _ = writeln!(
             out,
@@ -460,5 +500,34 @@ mod tests {
         let line = model_fractions(&limits, best, Phase::once(work, 1.0, 1));
         assert!(line.contains("= 66.7% of peak (slowest run 33.3%)"), "{line}");
         assert!(!line.contains("DRAM read (slowest"), "a phase run once has no slowest run: {line}");
+    }
+
+    #[test]
+    fn each_decode_run_is_put_against_the_read_around_it() {
+        let work = Work { flops: 0, weight_bytes: 900_000_000, cache_bytes: 100_000_000 };
+        let apart = Around { read_gbs: 2.0, trips_ns: Some([170.0, 160.0]) };
+        let together = Around { read_gbs: 1.0, trips_ns: Some([33.0, 35.0]) };
+        let runs = [
+            Phase::once(work, 2.0, 10).with_read(apart),
+            Phase::once(work, 1.0, 10).with_read(apart),
+            Phase::once(work, 4.0, 10).with_read(together),
+        ];
+        let decode = runs[1..].iter().fold(runs[0], |b, &p| b.best(p));
+        assert_eq!((decode.read, decode.slowest_read), (Some(apart), Some(together)));
+        let limits = Limits {
+            peak_gflops: 1.0,
+            peak_how: "test".into(),
+            bandwidth_gbs: 100.0,
+            bandwidth_how: "test".into(),
+            llc_bytes: None,
+            line_trips_ns: Vec::new(),
+        };
+        // 1 GB in 1 s against the 2 GB/s read around that run, not the block's 100; the slowest, 1 GB in 4 s,
+        // against the 1 GB/s read around it
+        let line = model_fractions(&limits, Phase::once(work, 1.0, 1), decode);
+        assert!(
+            line.contains("1.0 GB/s = 50.0% of the DRAM read around it (2.0 GB/s, cores apart) (slowest run 25.0%)"),
+            "{line}"
+        );
     }
 }

@@ -212,16 +212,26 @@ pub fn stream_bytes(llc: Option<u64>, available: Option<u64>) -> usize {
 /// a pass is long enough to time and, after the first, reads the buffer from the cache that holds it: the limit of a
 /// kernel whose bytes stay in a cache, which the DRAM read does not bound.
 pub fn read_bandwidth(bytes: usize) -> (f64, ReadWay) {
+    best_read(&read_buffer(bytes), PASSES)
+}
+
+/// A buffer of `bytes` bytes for [`best_read`], every word nonzero (so every page is a real page, not the shared
+/// zero page).
+pub fn read_buffer(bytes: usize) -> Vec<u64> {
     use rayon::prelude::*;
-    // nonzero, so every page is a real page and not the shared zero page
-    let buf: Vec<u64> = (0..bytes / 8).into_par_iter().map(|i| i as u64 | 1).collect();
+    (0..bytes / 8).into_par_iter().map(|i| i as u64 | 1).collect()
+}
+
+/// [`read_bandwidth`] over `buf`: GB/s of the best of `passes` passes of each [`ReadWay`], and that way.
+pub fn best_read(buf: &[u64], passes: usize) -> (f64, ReadWay) {
+    let bytes = std::mem::size_of_val(buf);
     let reads = PASS_BYTES.div_ceil(bytes.max(1)).max(1);
     let mut best = (0.0, ReadWay::Streams);
     // the ways alternate pass by pass, so a stretch of contention does not fall on one way only
-    for _ in 0..PASSES {
+    for _ in 0..passes {
         for way in [ReadWay::Streams, ReadWay::AskedAhead] {
             let t = Instant::now();
-            let x = read_pass(&buf, reads, way);
+            let x = read_pass(buf, reads, way);
             let s = t.elapsed().as_secs_f64().max(1e-9);
             std::hint::black_box(x);
             let gbs = (bytes * reads) as f64 / s / 1e9;
@@ -380,7 +390,7 @@ fn wait_for(line: &std::sync::atomic::AtomicU64, value: u64) {
 }
 
 /// Above this many nanoseconds a line trip is taken for cores without a shared last-level cache.
-const APART_NS: f64 = 100.0;
+pub const APART_NS: f64 = 100.0;
 
 /// The `cores:` line of a block whose measurements took `trips_ns` ([`line_trip_ns`] each, in order): the trips
 /// and what they say about the cores; `None` without a trip (one core).
@@ -424,7 +434,7 @@ fn parse_size(s: &str) -> Option<u64> {
 }
 
 /// `MemAvailable` from /proc/meminfo, in bytes.
-fn available_memory() -> Option<u64> {
+pub(super) fn available_memory() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;

@@ -110,21 +110,28 @@ pub struct BenchRow {
 }
 
 /// Prefill and decode speed of `model` for prompts of each of `lens` ids (deterministic ids spread over the
-/// vocabulary), `decode` steps after each; each the fastest of [`crate::bench::MODEL_RUNS`] runs on a fresh state.
-pub fn bench(model: &Model, lens: &[usize], decode: usize) -> Vec<BenchRow> {
+/// vocabulary), `decode` steps after each; each the fastest of [`crate::bench::MODEL_RUNS`] runs on a fresh state,
+/// the decode steps with the DRAM read around them (`reader`).
+pub fn bench(model: &Model, lens: &[usize], decode: usize, reader: &crate::bench::ReadAround) -> Vec<BenchRow> {
     let vocab = model.config.vocab as u64;
     let mut rows = Vec::new();
     for &len in lens {
         let ids: Vec<u32> = (0..len as u64).map(|i| ((i * 7919 + 13) % (vocab - 100) + 100) as u32).collect();
-        let Ok((prefill, decode_phase)) =
-            crate::bench::Phase::fastest_of(|_| Ok::<_, std::convert::Infallible>(bench_once(model, &ids, decode)));
+        let Ok((prefill, decode_phase)) = crate::bench::Phase::fastest_of(|_| {
+            Ok::<_, std::convert::Infallible>(bench_once(model, &ids, decode, reader))
+        });
         rows.push(BenchRow { prompt: len, decode, prefill, decode_phase });
     }
     rows
 }
 
 /// One run of `bench` for one prompt: its prefill phase, then its `decode` steps'.
-fn bench_once(model: &Model, ids: &[u32], decode: usize) -> (crate::bench::Phase, crate::bench::Phase) {
+fn bench_once(
+    model: &Model,
+    ids: &[u32],
+    decode: usize,
+    reader: &crate::bench::ReadAround,
+) -> (crate::bench::Phase, crate::bench::Phase) {
     use crate::bench::Phase;
     use crate::dump::{Writer, WriterKind};
     let writer = Writer { request: 1, kind: WriterKind::Prefill { chunk: 0, chunk_rows: 0 } };
@@ -143,13 +150,15 @@ fn bench_once(model: &Model, ids: &[u32], decode: usize) -> (crate::bench::Phase
     }
     let prefill = t0.elapsed().as_secs_f64();
     let w1 = crate::kernels::work();
-    let t1 = std::time::Instant::now();
-    for step in 0..decode {
-        let id = crate::sampler::argmax(&logits);
-        // as the engine loop runs a decode step
-        logits = crate::decode_team::run(|| model.forward(&mut st, &Segment::of_ids(&[id], len + step, writer)));
-    }
-    let dec = t1.elapsed().as_secs_f64();
+    let (dec, around) = reader.around(|| {
+        let t1 = std::time::Instant::now();
+        for step in 0..decode {
+            let id = crate::sampler::argmax(&logits);
+            // as the engine loop runs a decode step
+            logits = crate::decode_team::run(|| model.forward(&mut st, &Segment::of_ids(&[id], len + step, writer)));
+        }
+        t1.elapsed().as_secs_f64()
+    });
     let w2 = crate::kernels::work();
-    (Phase::once(w1.since(w0), prefill, len), Phase::once(w2.since(w1), dec, decode))
+    (Phase::once(w1.since(w0), prefill, len), Phase::once(w2.since(w1), dec, decode).with_read(around))
 }
