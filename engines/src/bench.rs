@@ -3,8 +3,8 @@
 //! same fractions (from the work the kernels counted), and the second-turn speedup that reuse buys on a long
 //! conversation.
 
+mod around;
 mod limits;
-mod read_around;
 
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -19,8 +19,8 @@ use crate::engine::{Engine, NoObserver, Request};
 use crate::error::Result;
 use crate::kernels::{attend_many, matmul, qmatmul, work, QMatrix, QType, Work};
 
+pub use around::{Around, Gauge};
 pub use limits::Limits;
-pub use read_around::{Around, ReadAround};
 
 /// Lengths used per preset: (prefill prompt, decode tokens, conversation turn-1 prompt).
 fn sizes(preset: Preset) -> (usize, usize, usize) {
@@ -104,7 +104,7 @@ fn time_attention(positions: usize, width: usize, reps: usize) -> f64 {
 /// (`cache::HeadMajorCache`), `layers` layers' caches attended one after another so they come from memory, as in a
 /// decode step; best of `reps` sweeps over the layers. Also the bytes of cached k and v one sweep reads, and the
 /// DRAM read around the sweeps.
-fn decode_attention_gbs(positions: usize, layers: usize, reps: usize, reader: &ReadAround) -> (f64, usize, Around) {
+fn decode_attention_gbs(positions: usize, layers: usize, reps: usize, gauge: &Gauge) -> (f64, usize, Around) {
     use crate::arch::gqa_attend::{attend_rows, Heads};
     use crate::cache::{HeadMajorCache, RowMeta};
     let (width, heads, kv_heads) = (64, 9, 3);
@@ -125,7 +125,7 @@ fn decode_attention_gbs(positions: usize, layers: usize, reps: usize, reader: &R
     let q = filled(heads * width, 89);
     let mut att = vec![0.0; heads * width];
     let shape = Heads { width, heads, group: heads / kv_heads, scale: 0.125 };
-    let (seconds, around) = reader.around(|| {
+    let (seconds, around) = gauge.read_around(|| {
         best_of(reps, || {
             crate::decode_team::run(|| {
                 for (k, v) in &caches {
@@ -160,7 +160,7 @@ fn filled(n: usize, m: usize) -> Vec<f32> {
 /// The batch-invariant matmul at a prefill shape (against the compute peak) and at decode shapes (against the
 /// bandwidth): one whose weights fit in cache, and one whose weights are several times the last-level cache.
 /// The limits are measured before and after the kernels, and the best of the two counts.
-pub fn kernels(before: Limits, reader: &ReadAround) -> (String, Limits) {
+pub fn kernels(before: Limits, gauge: &Gauge) -> (String, Limits) {
     let (inp, outp) = (1024, 1024);
     let w = filled(inp * outp, 97);
     let rows = 256;
@@ -171,7 +171,7 @@ pub fn kernels(before: Limits, reader: &ReadAround) -> (String, Limits) {
     let big_in = 4096;
     let big_out = limits::stream_bytes(before.llc_bytes, None) / (4 * big_in);
     let w = filled(big_out * big_in, 97);
-    let (big_seconds, big_around) = reader.around(|| time_matmul(&filled(big_in, 89), 1, &w, big_out, big_in, 3));
+    let (big_seconds, big_around) = gauge.read_around(|| time_matmul(&filled(big_in, 89), 1, &w, big_out, big_in, 3));
     let big_gbs = (4 * big_in * big_out) as f64 / big_seconds / 1e9;
     drop(w);
     // the quantized kernel (Q4_1 weights against 8-bit activations, as the GGUF model runs it) at the same shapes
@@ -180,7 +180,7 @@ pub fn kernels(before: Limits, reader: &ReadAround) -> (String, Limits) {
     let big_out_q = limits::stream_bytes(before.llc_bytes, None) / QType::Q4_1.row_bytes(big_in);
     let wq = q4_1_filled(big_out_q, big_in);
     let q_bytes = (QType::Q4_1.row_bytes(big_in) * big_out_q) as f64;
-    let (q_seconds, q_around) = reader.around(|| time_qmatmul(&filled(big_in, 89), 1, &wq, 3));
+    let (q_seconds, q_around) = gauge.read_around(|| time_qmatmul(&filled(big_in, 89), 1, &wq, 3));
     let q_gbs = q_bytes / q_seconds / 1e9;
     drop((w, wq));
     // the quantized decode kernel on a matrix that stays in cache (SmolLM2's gate, 540 KiB): its own rate, the
@@ -198,7 +198,7 @@ pub fn kernels(before: Limits, reader: &ReadAround) -> (String, Limits) {
     // a decode step's attention over a long context, 30 layers' caches (90 MiB: several times the last-level cache)
     let (decode_positions, decode_layers) = (2048, 30);
     let (decode_att_gbs, decode_att_bytes, att_around) =
-        decode_attention_gbs(decode_positions, decode_layers, 20, reader);
+        decode_attention_gbs(decode_positions, decode_layers, 20, gauge);
     let l = before.best(Limits::measure());
 
     let mut out = describe(&l);
@@ -216,8 +216,8 @@ pub fn kernels(before: Limits, reader: &ReadAround) -> (String, Limits) {
         out,
         "qmatvec Q4_1 1 x {big_in} x {big_out_q}: {q_gbs:7.1} GB/s = {:5.1}% of the DRAM read around it ({}; {} MiB of \
          weights)",
-        pct(q_gbs, q_around.read_gbs),
-        q_around.describe(),
+        pct(q_gbs, q_around.limit),
+        describe_read(&q_around),
         (q_bytes as u64) >> 20
     );
     let _ = writeln!(
@@ -238,8 +238,8 @@ pub fn kernels(before: Limits, reader: &ReadAround) -> (String, Limits) {
         "decode attention 1 row x {decode_positions} positions (9 heads of 64, 3 kv heads stored apart, \
          {decode_layers} layers): {decode_att_gbs:7.1} GB/s = {:5.1}% of the DRAM read around it ({}; {} MiB of cached \
          k/v){}",
-        pct(decode_att_gbs, att_around.read_gbs),
-        att_around.describe(),
+        pct(decode_att_gbs, att_around.limit),
+        describe_read(&att_around),
         decode_att_bytes >> 20,
         of_a_read_as_large(decode_att_gbs, decode_att_bytes).0
     );
@@ -254,8 +254,8 @@ pub fn kernels(before: Limits, reader: &ReadAround) -> (String, Limits) {
         out,
         "matvec    1 x {big_in} x {big_out}: {big_gbs:7.1} GB/s    = {:5.1}% of the DRAM read around it ({}; {} MiB of \
          weights)",
-        pct(big_gbs, big_around.read_gbs),
-        big_around.describe(),
+        pct(big_gbs, big_around.limit),
+        describe_read(&big_around),
         (4 * big_in * big_out) >> 20
     );
     (out, l)
@@ -276,30 +276,31 @@ pub struct Phase {
     /// The slowest run's seconds (`seconds` itself when the phase ran once).
     pub slowest_seconds: f64,
     pub runs: usize,
-    /// The DRAM read measured around the fastest run, where it was (a decode phase's limit).
-    pub read: Option<Around>,
-    /// The DRAM read measured around the slowest run.
-    pub slowest_read: Option<Around>,
+    /// The limit measured around the fastest run, where it was (the FMA peak around a prefill, the DRAM read
+    /// around a decode).
+    pub limit: Option<Around>,
+    /// The limit measured around the slowest run.
+    pub slowest_limit: Option<Around>,
 }
 
 impl Phase {
     /// One run of a phase.
     pub fn once(work: Work, seconds: f64, tokens: usize) -> Phase {
-        Phase { work, seconds, tokens, slowest_seconds: seconds, runs: 1, read: None, slowest_read: None }
+        Phase { work, seconds, tokens, slowest_seconds: seconds, runs: 1, limit: None, slowest_limit: None }
     }
 
-    /// This run with the DRAM read measured around it ([`ReadAround::around`]).
-    pub fn with_read(self, around: Around) -> Phase {
-        Phase { read: Some(around), slowest_read: Some(around), ..self }
+    /// This run with the limit measured around it ([`Gauge`]).
+    pub fn with_limit(self, around: Around) -> Phase {
+        Phase { limit: Some(around), slowest_limit: Some(around), ..self }
     }
 
-    /// The faster of two runs of the same phase, keeping the slowest time either saw (and the read around it).
+    /// The faster of two runs of the same phase, keeping the slowest time either saw (and the limit around it).
     pub fn best(self, other: Phase) -> Phase {
         let fastest = if other.seconds < self.seconds { other } else { self };
         let slowest = if other.slowest_seconds > self.slowest_seconds { other } else { self };
         Phase {
             slowest_seconds: slowest.slowest_seconds,
-            slowest_read: slowest.slowest_read,
+            slowest_limit: slowest.slowest_limit,
             runs: self.runs + other.runs,
             ..fastest
         }
@@ -335,7 +336,7 @@ fn of_a_read_as_large(gbs: f64, bytes: usize) -> (String, f64) {
 
 /// Whole-model prefill against the compute peak (the kernels' counted FLOPs per token x tokens/s) and decode
 /// against the bandwidth (the weight bytes and the cached key and value bytes read per token x tokens/s), one
-/// line. A decode phase timed with the read around it ([`Phase::read`]) is put against that read, each run (the
+/// line. A phase timed with its limit measured around it ([`Phase::limit`]) is put against that, each run (the
 /// fastest, the slowest) against its own; one without, against the block's `l`. Where a decode step's bytes fit in
 /// the last-level cache, the DRAM read does not bound it: the line says so and also puts the decode against a read
 /// of as many bytes over and over (measured here, [`limits::read_bandwidth`]), the rate of the cache that holds them.
@@ -345,62 +346,72 @@ pub fn model_fractions(l: &Limits, prefill: Phase, decode: Phase) -> String {
     let gbs = bytes as f64 / decode.seconds.max(1e-9) / 1e9;
     let per_token = |b: u64| b / decode.tokens.max(1) as u64;
     let mib = |b: u64| per_token(b) as f64 / (1 << 20) as f64;
-    // the slowest run's fraction beside the fastest's, where the phase ran more than once
-    let slowest = |phase: &Phase, fraction: f64| {
-        let at = fraction * phase.seconds / phase.slowest_seconds.max(1e-9);
-        if phase.runs > 1 {
-            format!(" (slowest run {at:.1}%)")
-        } else {
-            String::new()
-        }
-    };
     let in_cache = match l.llc_bytes {
         Some(llc) if (1..=llc).contains(&per_token(bytes)) => {
             let (of_read, at) = of_a_read_as_large(gbs, per_token(bytes) as usize);
-            format!("; its bytes fit in the last-level cache{of_read}{}", slowest(&decode, at))
+            let slowest = at * decode.seconds / decode.slowest_seconds.max(1e-9);
+            let slowest = if decode.runs > 1 { format!(" (slowest run {slowest:.1}%)") } else { String::new() };
+            format!("; its bytes fit in the last-level cache{of_read}{slowest}")
         }
         _ => String::new(),
     };
-    let read_of = |around: Option<Around>| around.map_or(l.bandwidth_gbs, |a| a.read_gbs);
-    let (prefill_pct, decode_pct) = (pct(gflops, l.peak_gflops), pct(gbs, read_of(decode.read)));
-    let of_read = match decode.read {
-        Some(around) => format!("of the DRAM read around it ({})", around.describe()),
-        None => "of DRAM read".into(),
-    };
-    let decode_slowest = if decode.runs > 1 {
-        let at = pct(bytes as f64 / decode.slowest_seconds.max(1e-9) / 1e9, read_of(decode.slowest_read));
-        format!(" (slowest run {at:.1}%)")
-    } else {
-        String::new()
-    };
+    let prefill_of = of_limit(&prefill, prefill.work.flops as f64 / 1e9, l.peak_gflops, "peak", "GFLOP/s");
+    let decode_of = of_limit(&decode, bytes as f64 / 1e9, l.bandwidth_gbs, "DRAM read", "GB/s");
     format!(
-        "prefill {:.2} GFLOP/token, {gflops:.1} GFLOP/s = {prefill_pct:.1}% of peak{}; decode {:.1} MiB of weights + \
-         {:.1} MiB of cached k/v rows per token, {gbs:.1} GB/s = {decode_pct:.1}% {of_read}{decode_slowest}{in_cache}",
+        "prefill {:.2} GFLOP/token, {gflops:.1} GFLOP/s = {prefill_of}; decode {:.1} MiB of weights + {:.1} MiB of \
+         cached k/v rows per token, {gbs:.1} GB/s = {decode_of}{in_cache}",
         prefill.work.flops as f64 / prefill.tokens.max(1) as f64 / 1e9,
-        slowest(&prefill, prefill_pct),
         mib(decode.work.weight_bytes),
         mib(decode.work.cache_bytes),
     )
 }
 
+/// `phase`'s fastest run, `amount` (GFLOP or GB) a run, as a percentage of its limit, with the words after it: the
+/// limit measured around the run where there is one ("58.6% of the peak around it (233.1 GFLOP/s, cores sharing a
+/// last-level cache)"), else the block's `block` ("58.6% of peak"); and the slowest run's fraction of its own limit
+/// where the phase ran more than once.
+fn of_limit(phase: &Phase, amount: f64, block: f64, what: &str, unit: &str) -> String {
+    let limit_of = |around: Option<Around>| around.map_or(block, |a| a.limit);
+    let at = pct(amount / phase.seconds.max(1e-9), limit_of(phase.limit));
+    let of = match phase.limit {
+        Some(a) => format!("of the {what} around it ({:.1} {unit}, {})", a.limit, a.placement()),
+        None => format!("of {what}"),
+    };
+    let slowest = if phase.runs > 1 {
+        let slowest = pct(amount / phase.slowest_seconds.max(1e-9), limit_of(phase.slowest_limit));
+        format!(" (slowest run {slowest:.1}%)")
+    } else {
+        String::new()
+    };
+    format!("{at:.1}% {of}{slowest}")
+}
+
+/// A kernel line's read around its calls: e.g. "35.1 GB/s, cores sharing a last-level cache".
+fn describe_read(a: &Around) -> String {
+    format!("{:.1} GB/s, {}", a.limit, a.placement())
+}
+
 /// The prefill and the decode phase of one engine at `preset`, each the fastest of [`MODEL_RUNS`] runs: the first
 /// on `engine` (whose state then holds the prefilled prompt, as the report's state size says), the others on fresh
 /// engines.
-fn throughput(engine: &mut dyn Engine, preset: Preset, reader: &ReadAround) -> Result<(Phase, Phase)> {
+fn throughput(engine: &mut dyn Engine, preset: Preset, gauge: &Gauge) -> Result<(Phase, Phase)> {
     Phase::fastest_of(|k| match k {
-        0 => throughput_once(engine, preset, reader),
-        _ => throughput_once(engine.fresh().as_mut(), preset, reader),
+        0 => throughput_once(engine, preset, gauge),
+        _ => throughput_once(engine.fresh().as_mut(), preset, gauge),
     })
 }
 
-/// One run of the prefill and the decode phase of one engine at `preset`, the decode with the DRAM read around it.
-fn throughput_once(engine: &mut dyn Engine, preset: Preset, reader: &ReadAround) -> Result<(Phase, Phase)> {
+/// One run of the prefill and the decode phase of one engine at `preset`, each with its limit measured around it.
+fn throughput_once(engine: &mut dyn Engine, preset: Preset, gauge: &Gauge) -> Result<(Phase, Phase)> {
     let (prefill_n, decode_n, _) = sizes(preset);
     let prompt = ids(prefill_n, 1);
     let w0 = work();
-    let r = engine.generate(&Request { id: 1, prompt, max_tokens: 1, ..Default::default() }, &mut NoObserver)?;
+    let (r, peak) = gauge.peak_around(|| {
+        engine.generate(&Request { id: 1, prompt, max_tokens: 1, ..Default::default() }, &mut NoObserver)
+    });
+    let r = r?;
     // the request's one token comes from prefill (its logits), so the whole request's work is prefill's
-    let prefill = Phase::once(work().since(w0), secs(r.timings.prefill), prefill_n);
+    let prefill = Phase::once(work().since(w0), secs(r.timings.prefill), prefill_n).with_limit(peak);
     // on fresh engines (nothing to reuse): the decode request's work less that of the same prompt's 1-token
     // request is its decode steps' work
     let short = Request { id: 2, prompt: ids(16, 2), max_tokens: 1, ..Default::default() };
@@ -409,12 +420,12 @@ fn throughput_once(engine: &mut dyn Engine, preset: Preset, reader: &ReadAround)
     let first = work().since(w1);
     let mut fresh = engine.fresh();
     let w2 = work();
-    let (r, around) =
-        reader.around(|| fresh.generate(&Request { max_tokens: decode_n, ignore_eos: true, ..short }, &mut NoObserver));
+    let (r, around) = gauge
+        .read_around(|| fresh.generate(&Request { max_tokens: decode_n, ignore_eos: true, ..short }, &mut NoObserver));
     let r = r?;
     let total = work().since(w2);
     let decode = Phase::once(total.since(first), secs(r.timings.decode), r.tokens.len().saturating_sub(1));
-    Ok((prefill, decode.with_read(around)))
+    Ok((prefill, decode.with_limit(around)))
 }
 
 /// Turn 2 of a long conversation, warm (reusing turn 1) vs cold.
@@ -449,8 +460,8 @@ fn second_turn(engine: &mut dyn Engine, preset: Preset) -> Result<String> {
 /// The whole benchmark report for `arch` at each preset.
 pub fn run(arch: &str, presets: &[Preset], seed: u64) -> Result<String> {
     let steal = StealMeter::start();
-    let reader = ReadAround::new();
-    let (mut out, limits) = kernels(Limits::measure(), &reader);
+    let gauge = Gauge::new();
+    let (mut out, limits) = kernels(Limits::measure(), &gauge);
     let _ = writeln!(out, "{} while the limits and kernels above were measured", cpu_steal::describe(steal.ticks()));
     for &preset in presets {
         let steal = StealMeter::start();
@@ -458,7 +469,7 @@ pub fn run(arch: &str, presets: &[Preset], seed: u64) -> Result<String> {
         let mut engine = bundled::open_preset(arch, preset, seed, None)?;
         let load = t.elapsed();
         let (prefill_n, decode_n, _) = sizes(preset);
-        let (p, d) = throughput(engine.as_mut(), preset, &reader)?;
+        let (p, d) = throughput(engine.as_mut(), preset, &gauge)?;
         let ((prefill, prefill_slowest), (decode, decode_slowest)) = (p.tokens_per_second(), d.tokens_per_second());
         let _ = writeln!(
             out,
@@ -503,17 +514,17 @@ mod tests {
     }
 
     #[test]
-    fn each_decode_run_is_put_against_the_read_around_it() {
+    fn each_run_is_put_against_the_limit_measured_around_it() {
         let work = Work { flops: 0, weight_bytes: 900_000_000, cache_bytes: 100_000_000 };
-        let apart = Around { read_gbs: 2.0, trips_ns: Some([170.0, 160.0]) };
-        let together = Around { read_gbs: 1.0, trips_ns: Some([33.0, 35.0]) };
+        let apart = Around { limit: 2.0, trips_ns: Some([170.0, 160.0]) };
+        let together = Around { limit: 1.0, trips_ns: Some([33.0, 35.0]) };
         let runs = [
-            Phase::once(work, 2.0, 10).with_read(apart),
-            Phase::once(work, 1.0, 10).with_read(apart),
-            Phase::once(work, 4.0, 10).with_read(together),
+            Phase::once(work, 2.0, 10).with_limit(apart),
+            Phase::once(work, 1.0, 10).with_limit(apart),
+            Phase::once(work, 4.0, 10).with_limit(together),
         ];
         let decode = runs[1..].iter().fold(runs[0], |b, &p| b.best(p));
-        assert_eq!((decode.read, decode.slowest_read), (Some(apart), Some(together)));
+        assert_eq!((decode.limit, decode.slowest_limit), (Some(apart), Some(together)));
         let limits = Limits {
             peak_gflops: 1.0,
             peak_how: "test".into(),
@@ -524,7 +535,17 @@ mod tests {
         };
         // 1 GB in 1 s against the 2 GB/s read around that run, not the block's 100; the slowest, 1 GB in 4 s,
         // against the 1 GB/s read around it
-        let line = model_fractions(&limits, Phase::once(work, 1.0, 1), decode);
+        // a prefill on two threads of one core, against the peak measured around it there (one core's)
+        let one_core = Around { limit: 117.0, trips_ns: Some([16.0, 15.0]) };
+        let prefill_work = Work { flops: 117_000_000_000, weight_bytes: 0, cache_bytes: 0 };
+        let prefill = Phase::once(prefill_work, 2.0, 100).with_limit(one_core);
+        let line = model_fractions(&limits, prefill, decode);
+        assert!(
+            line.contains(
+                "58.5 GFLOP/s = 50.0% of the peak around it (117.0 GFLOP/s, two hardware threads of one core);"
+            ),
+            "{line}"
+        );
         assert!(
             line.contains("1.0 GB/s = 50.0% of the DRAM read around it (2.0 GB/s, cores apart) (slowest run 25.0%)"),
             "{line}"

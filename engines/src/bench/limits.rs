@@ -65,14 +65,19 @@ impl Limits {
 
 /// The widest FMA this CPU runs, its GFLOP/s on every rayon thread at once (best of [`PASSES`]), and its name.
 pub fn fma_peak() -> (f64, &'static str) {
-    let kernel = FmaKernel::detect();
     // ~0.3 s per pass at a few hundred GFLOP/s
+    fma_peak_of(PASSES, 0)
+}
+
+/// [`fma_peak`] over `passes` passes, each `1 / 2^shorter` of its length.
+pub fn fma_peak_of(passes: usize, shorter: u32) -> (f64, &'static str) {
+    let kernel = FmaKernel::detect();
     let iters: u64 = match kernel {
         FmaKernel::Portable => 1 << 20,
         _ => 1 << 23,
-    };
+    } >> shorter;
     let flops_per_iter = 2.0 * (CHAINS * kernel.lanes()) as f64;
-    let best = (0..PASSES)
+    let best = (0..passes)
         .map(|_| {
             let t = Instant::now();
             let sums = rayon::broadcast(|_| kernel.run(iters));
@@ -390,7 +395,34 @@ fn wait_for(line: &std::sync::atomic::AtomicU64, value: u64) {
 }
 
 /// Above this many nanoseconds a line trip is taken for cores without a shared last-level cache.
-pub const APART_NS: f64 = 100.0;
+const APART_NS: f64 = 100.0;
+/// Below this many nanoseconds a line trip is taken for two hardware threads of one core (on the 2-vCPU EPYC VM:
+/// 14-18 ns there, 30-52 between two cores of one die, 150-230 between two dies).
+const ONE_CORE_NS: f64 = 25.0;
+
+/// Where two threads ran, as a line trip between them tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// Two hardware threads of one core: they share its FMA units, so two threads get one core's peak (117 against
+    /// 226-234 GFLOP/s on the EPYC VM, in 300 alternations of the trip and the peak).
+    OneCore,
+    /// Two cores sharing a last-level cache (one die).
+    OneDie,
+    /// Two cores without a shared last-level cache (two dies or sockets).
+    TwoDies,
+}
+
+impl Placement {
+    pub fn of(trip_ns: f64) -> Placement {
+        if trip_ns < ONE_CORE_NS {
+            Placement::OneCore
+        } else if trip_ns > APART_NS {
+            Placement::TwoDies
+        } else {
+            Placement::OneDie
+        }
+    }
+}
 
 /// The `cores:` line of a block whose measurements took `trips_ns` ([`line_trip_ns`] each, in order): the trips
 /// and what they say about the cores; `None` without a trip (one core).
@@ -399,11 +431,14 @@ pub fn placement(trips_ns: &[f64]) -> Option<String> {
         return None;
     }
     let trips: Vec<String> = trips_ns.iter().map(|ns| format!("{ns:.0}")).collect();
-    let apart = trips_ns.iter().filter(|&&ns| ns > APART_NS).count();
-    let what = match apart {
-        0 => "cores sharing a last-level cache",
-        n if n == trips_ns.len() => "cores without a shared last-level cache: DRAM reads faster, hand-offs cost more",
-        _ => "the cores moved between sharing a last-level cache and not: no fraction here speaks for one placement",
+    let first = Placement::of(trips_ns[0]);
+    let what = match first {
+        _ if trips_ns.iter().any(|&ns| Placement::of(ns) != first) => {
+            "the cores moved between placements: no fraction here speaks for one placement"
+        }
+        Placement::OneCore => "two hardware threads of one core: the two threads share its FMA units",
+        Placement::OneDie => "cores sharing a last-level cache",
+        Placement::TwoDies => "cores without a shared last-level cache: DRAM reads faster, hand-offs cost more",
     };
     Some(format!("cores: a cache line between two threads in {} ns ({what})", trips.join(" / ")))
 }
@@ -453,6 +488,9 @@ mod tests {
         assert!(placement(&[181.0, 176.0]).expect("two trips").contains("without a shared last-level cache"));
         assert!(placement(&[45.0, 181.0]).expect("two trips").contains("moved"));
         assert!(placement(&[181.0, 45.0]).expect("two trips").contains("moved"));
+        assert!(placement(&[16.0, 15.0]).expect("two trips").contains("two hardware threads of one core"));
+        assert!(placement(&[16.0, 45.0]).expect("two trips").contains("moved"));
+        assert!(placement(&[45.0, 16.0]).expect("two trips").contains("moved"));
     }
 
     #[test]

@@ -193,12 +193,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 /// of the f32 FMA peak, decode of the DRAM read bandwidth and, where its bytes fit in the last-level cache, of a
 /// read of as many bytes).
 fn bench_gguf(path: &std::path::Path) -> anyhow::Result<()> {
-    use kvproof_engines::bench::{describe, model_fractions, Limits, ReadAround};
+    use kvproof_engines::bench::{describe, model_fractions, Gauge, Limits};
     let model = kvproof_engines::arch::llama::load(path).with_context(|| format!("opening {}", path.display()))?;
     let steal = kvproof_engines::cpu_steal::StealMeter::start();
-    let reader = ReadAround::new();
+    let gauge = Gauge::new();
     let before = Limits::measure();
-    let rows = kvproof_engines::arch::llama::bench(&model, &[128, 512, 2048], 32, &reader);
+    let rows = kvproof_engines::arch::llama::bench(&model, &[128, 512, 2048], 32, &gauge);
     // the best of the limits measured before and after (a shared machine only ever makes them come out low)
     let limits = before.best(Limits::measure());
     print!("{}", describe(&limits));

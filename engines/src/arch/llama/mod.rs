@@ -111,14 +111,14 @@ pub struct BenchRow {
 
 /// Prefill and decode speed of `model` for prompts of each of `lens` ids (deterministic ids spread over the
 /// vocabulary), `decode` steps after each; each the fastest of [`crate::bench::MODEL_RUNS`] runs on a fresh state,
-/// the decode steps with the DRAM read around them (`reader`).
-pub fn bench(model: &Model, lens: &[usize], decode: usize, reader: &crate::bench::ReadAround) -> Vec<BenchRow> {
+/// each phase with its limit measured around it (`gauge`).
+pub fn bench(model: &Model, lens: &[usize], decode: usize, gauge: &crate::bench::Gauge) -> Vec<BenchRow> {
     let vocab = model.config.vocab as u64;
     let mut rows = Vec::new();
     for &len in lens {
         let ids: Vec<u32> = (0..len as u64).map(|i| ((i * 7919 + 13) % (vocab - 100) + 100) as u32).collect();
         let Ok((prefill, decode_phase)) = crate::bench::Phase::fastest_of(|_| {
-            Ok::<_, std::convert::Infallible>(bench_once(model, &ids, decode, reader))
+            Ok::<_, std::convert::Infallible>(bench_once(model, &ids, decode, gauge))
         });
         rows.push(BenchRow { prompt: len, decode, prefill, decode_phase });
     }
@@ -130,7 +130,7 @@ fn bench_once(
     model: &Model,
     ids: &[u32],
     decode: usize,
-    reader: &crate::bench::ReadAround,
+    gauge: &crate::bench::Gauge,
 ) -> (crate::bench::Phase, crate::bench::Phase) {
     use crate::bench::Phase;
     use crate::dump::{Writer, WriterKind};
@@ -142,15 +142,17 @@ fn bench_once(
         ..c.clone()
     });
     let w0 = crate::kernels::work();
-    let t0 = std::time::Instant::now();
     let mut logits = Vec::new();
-    for (i, seg) in ids.chunks(c.prefill_chunk.max(1)).enumerate() {
-        // as the engine loop runs a segment
-        logits = on_worker(|| model.forward(&mut st, &Segment::of_ids(seg, i * c.prefill_chunk, writer)));
-    }
-    let prefill = t0.elapsed().as_secs_f64();
+    let (prefill, peak) = gauge.peak_around(|| {
+        let t0 = std::time::Instant::now();
+        for (i, seg) in ids.chunks(c.prefill_chunk.max(1)).enumerate() {
+            // as the engine loop runs a segment
+            logits = on_worker(|| model.forward(&mut st, &Segment::of_ids(seg, i * c.prefill_chunk, writer)));
+        }
+        t0.elapsed().as_secs_f64()
+    });
     let w1 = crate::kernels::work();
-    let (dec, around) = reader.around(|| {
+    let (dec, around) = gauge.read_around(|| {
         let t1 = std::time::Instant::now();
         for step in 0..decode {
             let id = crate::sampler::argmax(&logits);
@@ -160,5 +162,8 @@ fn bench_once(
         t1.elapsed().as_secs_f64()
     });
     let w2 = crate::kernels::work();
-    (Phase::once(w1.since(w0), prefill, len), Phase::once(w2.since(w1), dec, decode).with_read(around))
+    (
+        Phase::once(w1.since(w0), prefill, len).with_limit(peak),
+        Phase::once(w2.since(w1), dec, decode).with_limit(around),
+    )
 }
