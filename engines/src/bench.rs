@@ -159,7 +159,8 @@ fn filled(n: usize, m: usize) -> Vec<f32> {
 
 /// The batch-invariant matmul at a prefill shape (against the compute peak) and at decode shapes (against the
 /// bandwidth): one whose weights fit in cache, and one whose weights are several times the last-level cache.
-/// The limits are measured before and after the kernels, and the best of the two counts.
+/// The limits are measured before and after the kernels, and the best of the two counts; the DRAM-sized kernels
+/// are put against the read measured around their own calls ([`Gauge::read_around`]).
 pub fn kernels(before: Limits, gauge: &Gauge) -> (String, Limits) {
     let (inp, outp) = (1024, 1024);
     let w = filled(inp * outp, 97);

@@ -9,7 +9,7 @@ pub mod llama;
 
 mod checkpoint_layout;
 pub mod cost;
-pub mod gqa_attend;
+pub(crate) mod gqa_attend;
 mod gqa_dims;
 mod gqa_proj;
 pub(crate) mod model_hash;
