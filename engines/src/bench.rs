@@ -218,7 +218,7 @@ pub fn kernels(before: Limits, gauge: &Gauge) -> (String, Limits) {
         "qmatvec Q4_1 1 x {big_in} x {big_out_q}: {q_gbs:7.1} GB/s = {:5.1}% of the DRAM read around it ({}; {} MiB of \
          weights)",
         pct(q_gbs, q_around.limit),
-        describe_read(&q_around),
+        q_around.describe("GB/s"),
         (q_bytes as u64) >> 20
     );
     let _ = writeln!(
@@ -240,7 +240,7 @@ pub fn kernels(before: Limits, gauge: &Gauge) -> (String, Limits) {
          {decode_layers} layers): {decode_att_gbs:7.1} GB/s = {:5.1}% of the DRAM read around it ({}; {} MiB of cached \
          k/v){}",
         pct(decode_att_gbs, att_around.limit),
-        describe_read(&att_around),
+        att_around.describe("GB/s"),
         decode_att_bytes >> 20,
         of_a_read_as_large(decode_att_gbs, decode_att_bytes).0
     );
@@ -256,7 +256,7 @@ pub fn kernels(before: Limits, gauge: &Gauge) -> (String, Limits) {
         "matvec    1 x {big_in} x {big_out}: {big_gbs:7.1} GB/s    = {:5.1}% of the DRAM read around it ({}; {} MiB of \
          weights)",
         pct(big_gbs, big_around.limit),
-        describe_read(&big_around),
+        big_around.describe("GB/s"),
         (4 * big_in * big_out) >> 20
     );
     (out, l)
@@ -350,8 +350,7 @@ pub fn model_fractions(l: &Limits, prefill: Phase, decode: Phase) -> String {
     let in_cache = match l.llc_bytes {
         Some(llc) if (1..=llc).contains(&per_token(bytes)) => {
             let (of_read, at) = of_a_read_as_large(gbs, per_token(bytes) as usize);
-            let slowest = at * decode.seconds / decode.slowest_seconds.max(1e-9);
-            let slowest = if decode.runs > 1 { format!(" (slowest run {slowest:.1}%)") } else { String::new() };
+            let slowest = slowest_run(&decode, at * decode.seconds / decode.slowest_seconds.max(1e-9));
             format!("; its bytes fit in the last-level cache{of_read}{slowest}")
         }
         _ => String::new(),
@@ -375,21 +374,20 @@ fn of_limit(phase: &Phase, amount: f64, block: f64, what: &str, unit: &str) -> S
     let limit_of = |around: Option<Around>| around.map_or(block, |a| a.limit);
     let at = pct(amount / phase.seconds.max(1e-9), limit_of(phase.limit));
     let of = match phase.limit {
-        Some(a) => format!("of the {what} around it ({:.1} {unit}, {})", a.limit, a.placement()),
+        Some(a) => format!("of the {what} around it ({})", a.describe(unit)),
         None => format!("of {what}"),
     };
-    let slowest = if phase.runs > 1 {
-        let slowest = pct(amount / phase.slowest_seconds.max(1e-9), limit_of(phase.slowest_limit));
-        format!(" (slowest run {slowest:.1}%)")
-    } else {
-        String::new()
-    };
-    format!("{at:.1}% {of}{slowest}")
+    let slowest = pct(amount / phase.slowest_seconds.max(1e-9), limit_of(phase.slowest_limit));
+    format!("{at:.1}% {of}{}", slowest_run(phase, slowest))
 }
 
-/// A kernel line's read around its calls: e.g. "35.1 GB/s, cores sharing a last-level cache".
-fn describe_read(a: &Around) -> String {
-    format!("{:.1} GB/s, {}", a.limit, a.placement())
+/// " (slowest run 52.4%)" beside a phase's fraction, where the phase ran more than once.
+fn slowest_run(phase: &Phase, fraction: f64) -> String {
+    if phase.runs > 1 {
+        format!(" (slowest run {fraction:.1}%)")
+    } else {
+        String::new()
+    }
 }
 
 /// The prefill and the decode phase of one engine at `preset`, each the fastest of [`MODEL_RUNS`] runs: the first

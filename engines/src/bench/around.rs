@@ -79,6 +79,11 @@ impl Around {
         Around { limit: before.max(after), trips_ns }
     }
 
+    /// The limit in `unit` and where the run's threads were: e.g. "35.1 GB/s, cores sharing a last-level cache".
+    pub fn describe(&self, unit: &str) -> String {
+        format!("{:.1} {unit}, {}", self.limit, self.placement())
+    }
+
     /// Where the run's threads were, for its line: e.g. "cores sharing a last-level cache".
     pub fn placement(&self) -> &'static str {
         match self.trips_ns.map(|trips| trips.map(Placement::of)) {
@@ -107,7 +112,7 @@ mod tests {
     fn a_run_is_put_against_the_higher_limit_and_its_placement_told() {
         let together = Around::of((Some(33.0), 31.44), (41.24, Some(35.0)));
         assert_eq!(together, Around { limit: 41.24, trips_ns: Some([33.0, 35.0]) });
-        assert_eq!(together.placement(), "cores sharing a last-level cache");
+        assert_eq!(together.describe("GB/s"), "41.2 GB/s, cores sharing a last-level cache");
         let apart = Around::of((Some(160.0), 52.0), (41.0, Some(170.0)));
         assert_eq!((apart.limit, apart.placement()), (52.0, "cores apart"));
         let one_core = Around::of((Some(16.0), 117.0), (116.0, Some(15.0)));
