@@ -241,8 +241,9 @@ mod tests {
         assert_eq!(reported, crate::engine::EngineInfo::tiny_inkling());
     }
 
-    fn write_config(name: &str, json: &Value) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("kvproof-config-{}-{name}", std::process::id()));
+    /// `json` as `<dir>/<name>/config.json`.
+    fn write_config(dir: &std::path::Path, name: &str, json: &Value) -> std::path::PathBuf {
+        let dir = dir.join(name);
         std::fs::create_dir_all(&dir).expect("tmp");
         let path = dir.join("config.json");
         std::fs::write(&path, json.to_string()).expect("write");
@@ -251,18 +252,19 @@ mod tests {
 
     #[test]
     fn config_json_round_trips_and_bad_ones_name_file_and_field() {
+        let dir = crate::scratch_dir::ScratchDir::new(&format!("config-{}", std::process::id()));
         for a in arches() {
             let c = ModelConfig::preset(a.name, Preset::Small).expect("preset");
-            let path = write_config(a.name, &serde_json::to_value(&c).expect("json"));
+            let path = write_config(&dir, a.name, &serde_json::to_value(&c).expect("json"));
             assert_eq!(ModelConfig::load(&path).expect("load"), c, "{}", a.name);
         }
         let mut json = serde_json::to_value(ModelConfig::preset("inkling", Preset::Tiny).expect("tiny")).expect("json");
         json["heads"] = 3.into();
-        let err = ModelConfig::load(&write_config("heads", &json)).expect_err("invalid").to_string();
+        let err = ModelConfig::load(&write_config(&dir, "heads", &json)).expect_err("invalid").to_string();
         assert!(err.contains("config.json") && err.contains("`heads`"), "{err}");
         json["heads"] = 4.into();
         json["kv_share"] = true.into();
-        let err = ModelConfig::load(&write_config("option", &json)).expect_err("not inkling's").to_string();
+        let err = ModelConfig::load(&write_config(&dir, "option", &json)).expect_err("not inkling's").to_string();
         assert!(err.contains("config.json") && err.contains("inkling has no option kv_share (options: "), "{err}");
     }
 

@@ -325,8 +325,7 @@ mod tests {
         let mut bad = bytes.clone();
         bad[10] = b'#';
         assert!(from_bytes(&bad).is_err());
-        let dir = std::env::temp_dir().join(format!("kvproof-dumpfile-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("tmp");
+        let dir = crate::scratch_dir::ScratchDir::new(&format!("dumpfile-{}", std::process::id()));
         let path = dir.join("cut.safetensors");
         std::fs::write(&path, &bytes[..bytes.len() - 9]).expect("write");
         let err = read_file(&path).expect_err("cut").to_string();

@@ -35,6 +35,7 @@ pub mod prefix;
 pub mod rng;
 pub mod safetensors_layout;
 pub mod sampler;
+pub mod scratch_dir;
 pub mod serve;
 pub mod state_diff;
 pub mod tensors;

@@ -24,8 +24,7 @@ fn python_reads_positions_and_writers() {
     let prompt: Vec<u32> = (0..40).map(|i| 97 + i % 26).collect();
     e.generate(&Request { id: 9, prompt, max_tokens: 4, ignore_eos: true, ..Default::default() }, &mut NoObserver)
         .expect("generate");
-    let dir = std::env::temp_dir().join(format!("kvproof-pydump-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("tmp");
+    let dir = kvproof_engines::scratch_dir::ScratchDir::new(&format!("pydump-{}", std::process::id()));
     let path = dir.join("state.safetensors");
     kvproof_engines::dump::write_file(&e.dump(0).expect("dump"), &path).expect("write");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/load_dump.py");

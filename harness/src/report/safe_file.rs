@@ -130,12 +130,10 @@ fn shorten(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kvproof_engines::scratch_dir::ScratchDir;
 
-    fn tmp(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("kvproof-safe-file-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("tmp");
-        dir
+    fn tmp(name: &str) -> ScratchDir {
+        ScratchDir::new(&format!("safe-file-{}-{name}", std::process::id()))
     }
 
     #[test]

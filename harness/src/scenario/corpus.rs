@@ -154,32 +154,36 @@ pub fn load(scenario: &Path, file: &str, stale: bool) -> Result<LoadedCorpus, Sc
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kvproof_engines::scratch_dir::ScratchDir;
 
-    fn write(name: &str, text: impl AsRef<[u8]>) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("kvproof-corpus-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let p = dir.join(name);
-        std::fs::write(&p, text).expect("write");
+    /// Writes corpus `name` into `dir`; the path of a scenario beside it (what corpus paths are relative to).
+    fn write(dir: &Path, name: &str, text: impl AsRef<[u8]>) -> PathBuf {
+        std::fs::write(dir.join(name), text).expect("write");
         dir.join("scenario.json")
     }
 
     #[test]
     fn chats_and_stale_cases_load_and_bad_lines_are_named() {
-        let s =
-            write("c.jsonl", "{\"id\": \"a\", \"turns\": [\"hi\", \"more\"]}\n\n{\"id\": \"b\", \"turns\": [\"x\"]}\n");
+        let dir = ScratchDir::new(&format!("corpus-{}-lines", std::process::id()));
+        let s = write(
+            &dir,
+            "c.jsonl",
+            "{\"id\": \"a\", \"turns\": [\"hi\", \"more\"]}\n\n{\"id\": \"b\", \"turns\": [\"x\"]}\n",
+        );
         let c = load(&s, "c.jsonl", false).expect("load");
         assert!(matches!(&c.corpus, Corpus::Chats(v) if v.len() == 2 && v[0].turns.len() == 2));
         assert_eq!(c.sha256.len(), 64);
-        let s = write("bad.jsonl", "{\"id\": \"a\", \"turns\": [\"hi\"]}\n{\"id\": \"b\", \"turn\": [\"x\"]}\n");
+        let s = write(&dir, "bad.jsonl", "{\"id\": \"a\", \"turns\": [\"hi\"]}\n{\"id\": \"b\", \"turn\": [\"x\"]}\n");
         let e = load(&s, "bad.jsonl", false).expect_err("unknown key").to_string();
         assert!(e.contains("bad.jsonl:2:") && e.contains("unknown field `turn`"), "{e}");
-        let s = write("empty.jsonl", "{\"id\": \"a\", \"turns\": []}\n");
+        let s = write(&dir, "empty.jsonl", "{\"id\": \"a\", \"turns\": []}\n");
         assert!(load(&s, "empty.jsonl", false).expect_err("empty").to_string().contains("empty.jsonl:1:"));
-        let s = write("s.jsonl", "{\"id\": \"q\", \"opening\": \"o\", \"stale\": [\"A?\"], \"current\": \"B?\"}\n");
+        let s =
+            write(&dir, "s.jsonl", "{\"id\": \"q\", \"opening\": \"o\", \"stale\": [\"A?\"], \"current\": \"B?\"}\n");
         assert!(matches!(load(&s, "s.jsonl", true).expect("stale").corpus, Corpus::Stale(v) if v.len() == 1));
-        let s = write("s2.jsonl", "{\"id\": \"q\", \"opening\": \"o\", \"stale\": [], \"current\": \"B?\"}\n");
+        let s = write(&dir, "s2.jsonl", "{\"id\": \"q\", \"opening\": \"o\", \"stale\": [], \"current\": \"B?\"}\n");
         assert!(load(&s, "s2.jsonl", true).expect_err("no stale").to_string().contains("not 1 or 2"));
-        let s = write("bin.jsonl", b"{\"id\": \"a\", \"turns\": [\"x\"]}\n\xff\xfe\n");
+        let s = write(&dir, "bin.jsonl", b"{\"id\": \"a\", \"turns\": [\"x\"]}\n\xff\xfe\n");
         let e = load(&s, "bin.jsonl", false).expect_err("binary").to_string();
         assert!(e.contains("bin.jsonl:2:1:") && e.contains("not UTF-8"), "{e}");
         assert!(load(&s, "missing.jsonl", false).expect_err("missing").to_string().contains("missing.jsonl"));
@@ -187,14 +191,15 @@ mod tests {
 
     #[test]
     fn a_line_is_an_object_never_an_array_and_its_id_is_a_short_name() {
-        let s = write("arr.jsonl", "{\"id\": \"a\", \"turns\": [\"hi\"]}\n[\"b\", null, [\"x\"]]\n");
+        let dir = ScratchDir::new(&format!("corpus-{}-objects", std::process::id()));
+        let s = write(&dir, "arr.jsonl", "{\"id\": \"a\", \"turns\": [\"hi\"]}\n[\"b\", null, [\"x\"]]\n");
         let e = load(&s, "arr.jsonl", false).expect_err("an array line").to_string();
         assert!(e.contains("arr.jsonl:2:1:") && e.contains("expected an object"), "{e}");
-        let s = write("stale-arr.jsonl", "[\"q\", null, \"o\", [\"A?\"], \"B?\"]\n");
+        let s = write(&dir, "stale-arr.jsonl", "[\"q\", null, \"o\", [\"A?\"], \"B?\"]\n");
         let e = load(&s, "stale-arr.jsonl", true).expect_err("an array line").to_string();
         assert!(e.contains("expected an object"), "{e}");
         let long = "i".repeat(crate::scenario::MAX_NAME_LEN + 1);
-        let s = write("long-id.jsonl", format!("{{\"id\": \"{long}\", \"turns\": [\"x\"]}}\n"));
+        let s = write(&dir, "long-id.jsonl", format!("{{\"id\": \"{long}\", \"turns\": [\"x\"]}}\n"));
         let e = load(&s, "long-id.jsonl", false).expect_err("a long id").to_string();
         assert!(e.contains("long-id.jsonl:1:") && e.contains("id: ") && e.len() < 300, "{e}");
     }

@@ -224,6 +224,7 @@ pub fn load_paths(paths: &[PathBuf]) -> Result<Vec<Scenario>, ScenarioError> {
 mod tests {
     use super::*;
     use crate::scenario::{EngineSpec, Kind, Params};
+    use kvproof_engines::scratch_dir::ScratchDir;
 
     fn parse(text: &str) -> Result<Scenario, ScenarioError> {
         load_str(Path::new("s.json"), text)
@@ -428,17 +429,17 @@ mod tests {
         );
     }
 
-    fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("kvproof-load-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
+    /// File `name` holding `bytes`, in a scratch folder of its own (removed when the folder is dropped).
+    fn temp_file(name: &str, bytes: &[u8]) -> (ScratchDir, PathBuf) {
+        let dir = ScratchDir::new(&format!("load-{}-{name}", std::process::id()));
         let p = dir.join(name);
         std::fs::write(&p, bytes).expect("write");
-        p
+        (dir, p)
     }
 
     #[test]
     fn a_file_that_is_not_utf8_gets_the_line_and_column_of_the_bad_byte() {
-        let p = temp_file("latin1.json", b"{\"name\": \"a\",\n \"description\": \"caf\xe9\"}");
+        let (_dir, p) = temp_file("latin1.json", b"{\"name\": \"a\",\n \"description\": \"caf\xe9\"}");
         let msg = load_file(&p).expect_err("latin-1").to_string();
         assert!(msg.starts_with(&format!("{}:2:21:", p.display())) && msg.contains("UTF-8"), "{msg}");
     }
@@ -461,7 +462,7 @@ mod tests {
             r#"{{"name": "s", "engine": {{"arch": "inkling"}}, "kind": "boundary-matrix", "description": "{}"}}"#,
             "x".repeat(MAX_SCENARIO_BYTES as usize)
         );
-        let p = temp_file("big.json", big.as_bytes());
+        let (_dir, p) = temp_file("big.json", big.as_bytes());
         let msg = refused(load_file(&p));
         assert!(msg.contains(&format!("at most {MAX_SCENARIO_BYTES} bytes")), "{}", &msg[..msg.len().min(300)]);
     }

@@ -42,7 +42,8 @@ fn turn(t: &serde_json::Value) -> u64 {
 
 #[test]
 fn a_clean_engine_reuses_the_whole_session_on_every_turn() {
-    let out = tmp("clean").join("run");
+    let dir = tmp("clean");
+    let out = dir.join("run");
     let o = run(&out, None);
     assert!(o.status.success(), "{}", text(&o));
     let trials = results(&out);
@@ -68,7 +69,8 @@ fn a_clean_engine_reuses_the_whole_session_on_every_turn() {
 
 #[test]
 fn a_reuse_fault_fails_each_session_on_the_first_turn_that_reuses() {
-    let out = tmp("counter-reuse").join("run");
+    let dir = tmp("counter-reuse");
+    let out = dir.join("run");
     let o = run(&out, Some("counter-reuse"));
     assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stdout));
     let trials = results(&out);

@@ -15,7 +15,7 @@ use kvproof_engines::engine::Request;
 use kvproof_engines::fault::Fault;
 
 use crate::support;
-use support::repo;
+use support::{repo, ScratchDir};
 
 /// (id, slot, prompt) of a request.
 type Sent = (u64, usize, Vec<u32>);
@@ -120,8 +120,8 @@ fn investigate_replays_exactly_the_requests_the_run_sends_on_interleave_and_shar
 #[test]
 fn the_story_tells_slot_prompt_and_reuse_as_the_run_had_them() {
     let scenario = glm_boundary(&[CaseName::Interleave]);
-    let out = std::env::temp_dir().join(format!("kvproof-investigate-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
+    let scratch = ScratchDir::new(&format!("investigate-{}", std::process::id()));
+    let out = scratch.join("run");
     let story = investigate::investigate(&scenario, "interleave", None, &out).expect("investigate");
     // the run's turn rows for the same case: (step, prompt tokens, reused) on the warm instance
     let mut prepared = runner::prepare(&scenario, None).expect("prepare");
@@ -152,8 +152,8 @@ fn a_failing_case_names_the_same_first_divergent_row_as_the_run_and_dump_saves_t
     let failing = records.iter().find(|t| t.plan == "diverge-last").expect("diverge-last ran");
     let first = failing.state.as_ref().and_then(|s| s.first.clone()).expect("the run names a first divergent row");
 
-    let out = std::env::temp_dir().join(format!("kvproof-investigate-memcmp-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
+    let scratch = ScratchDir::new(&format!("investigate-memcmp-{}", std::process::id()));
+    let out = scratch.join("run");
     let story = investigate::investigate(&scenario, "diverge-last", None, &out).expect("investigate");
     let described = first.describe("warm", "cold");
     assert!(story.contains(&format!("states first part at {} ({described})", failing.step)), "{story}\n{described}");
@@ -175,8 +175,8 @@ fn without_dumps_investigate_says_it_compared_no_state() {
     let mut scenario = glm_boundary(&[CaseName::Extend]);
     scenario.assertions.state = false;
     // a fault the state would show: with no state compared, the story must not claim agreement
-    let out = std::env::temp_dir().join(format!("kvproof-investigate-nodumps-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
+    let scratch = ScratchDir::new(&format!("investigate-nodumps-{}", std::process::id()));
+    let out = scratch.join("run");
     let prepared = runner::prepare(&scenario, Some(Some(Fault::BulkRecord))).expect("prepare");
     let no_dumps = Box::new(NoDumps(prepared.launcher));
     let prepared = runner::Prepared { launcher: no_dumps, ..prepared };

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use kvproof::mutants::kill_map::{FaultKills, KillMap, Killer, ScenarioPrint};
 use kvproof::mutants::{faults_of, selection, FaultPlan, Selection, Source};
 use kvproof::scenario::{load_paths, Scenario};
-use support::{kvproof, text, tmp};
+use support::{kvproof, text, tmp, ScratchDir};
 
 /// A kimi boundary matrix of `cases`, named `name`.
 fn scenario_text(name: &str, cases: &str) -> String {
@@ -22,9 +22,11 @@ fn scenario_text(name: &str, cases: &str) -> String {
 }
 
 /// A folder of two kimi scenarios: `strong` (several cases; catches both kimi faults) and `weak` (one case: catches
-/// kv-leak, whose memory check fails on any run, but not truncate-recurrent).
-fn scenario_dir(name: &str) -> PathBuf {
-    let dir = tmp(name).join("scenarios");
+/// kv-leak, whose memory check fails on any run, but not truncate-recurrent); the scratch folder holding it goes
+/// with it, to be kept for as long as the folder is used.
+fn scenario_dir(name: &str) -> (ScratchDir, PathBuf) {
+    let scratch = tmp(name);
+    let dir = scratch.join("scenarios");
     std::fs::create_dir_all(&dir).expect("dir");
     std::fs::write(
         dir.join("strong.json"),
@@ -32,7 +34,7 @@ fn scenario_dir(name: &str) -> PathBuf {
     )
     .expect("write");
     std::fs::write(dir.join("weak.json"), scenario_text("weak", r#""extend""#)).expect("write");
-    dir
+    (scratch, dir)
 }
 
 fn load(dir: &Path) -> Vec<Scenario> {
@@ -83,7 +85,7 @@ fn fallback_reason(plan: &FaultPlan) -> &str {
 
 #[test]
 fn a_current_map_runs_each_faults_cheapest_killer() {
-    let dir = scenario_dir("select-current");
+    let (_scratch, dir) = scenario_dir("select-current");
     let scenarios = load(&dir);
     let path = dir.join("kills.json");
     let map = map_of(&scenarios, &[("strong", 900), ("weak", 40)]);
@@ -103,7 +105,7 @@ fn a_current_map_runs_each_faults_cheapest_killer() {
 
 #[test]
 fn a_map_that_cannot_vouch_for_a_fault_runs_its_full_set_and_says_why() {
-    let dir = scenario_dir("select-fallback");
+    let (_scratch, dir) = scenario_dir("select-fallback");
     let scenarios = load(&dir);
     let path = dir.join("kills.json");
     let at = path.display().to_string();
@@ -157,7 +159,7 @@ fn a_map_that_cannot_vouch_for_a_fault_runs_its_full_set_and_says_why() {
 
 #[test]
 fn the_map_round_trips_and_names_bad_fields() {
-    let dir = scenario_dir("round-trip");
+    let (_scratch, dir) = scenario_dir("round-trip");
     let scenarios = load(&dir);
     let map = map_of(&scenarios, &[("strong", 900), ("weak", 40)]);
     let path = dir.join("kills.json");
@@ -193,7 +195,7 @@ fn the_map_round_trips_and_names_bad_fields() {
 /// choice no longer kills makes the fault SURVIVED, with the command that re-records the map, and exit 1.
 #[test]
 fn the_gate_runs_the_recorded_choice_and_a_stale_choice_fails_red() {
-    let dir = scenario_dir("gate");
+    let (_scratch, dir) = scenario_dir("gate");
     let map = dir.join("kills.json");
     // `kvproof mutants FLAGS.. DIR --out <sibling folder named `out`>`
     let mutants = |flags: &[&std::ffi::OsStr], out: &str| {

@@ -6,6 +6,7 @@ use kvproof_engines::config::Preset;
 use kvproof_engines::dump::{Writer, WriterKind};
 use kvproof_engines::engine::{Engine, NoObserver, Request};
 use kvproof_engines::fault::Fault;
+use kvproof_engines::scratch_dir::ScratchDir;
 use kvproof_engines::{bundled, dump};
 
 fn ids(n: usize, salt: u32) -> Vec<u32> {
@@ -29,8 +30,7 @@ fn turn_two(fault: Fault, first: Vec<u32>, replies: usize, extend: usize) -> kvp
     warm.generate(&req, &mut NoObserver).expect("turn 2 warm");
     let mut cold: Box<dyn Engine> = warm.fresh();
     cold.generate(&Request { id: 3, ..req }, &mut NoObserver).expect("turn 2 cold");
-    let dir = std::env::temp_dir().join(format!("kvproof-glm53-{}-{}", std::process::id(), fault.name()));
-    std::fs::create_dir_all(&dir).expect("tmp");
+    let dir = ScratchDir::new(&format!("glm53-{}-{}", std::process::id(), fault.name()));
     let (w, c) = (dir.join("warm.safetensors"), dir.join("cold.safetensors"));
     dump::write_file(&warm.dump(0).expect("dump"), &w).expect("write");
     dump::write_file(&cold.dump(0).expect("dump"), &c).expect("write");

@@ -7,6 +7,7 @@ use std::process::{Command, Output};
 use kvproof::record::{Summary, TrialRecord};
 use kvproof::scenario::Scenario;
 use kvproof::session::{run_scenarios, RunOptions};
+pub use kvproof_engines::scratch_dir::ScratchDir;
 
 /// The `kvproof` binary of this build, run as under CI (no progress bars).
 pub fn kvproof() -> Command {
@@ -39,25 +40,20 @@ fn caller() -> String {
     file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
-/// An empty scratch folder named after the calling test file, the process and `name`.
+/// An empty scratch folder named after the calling test file, the process and `name`; removed when dropped, kept
+/// when the test fails.
 #[track_caller]
-pub fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kvproof-{}-{}-{name}", caller(), std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("tmp dir");
-    dir
+pub fn tmp(name: &str) -> ScratchDir {
+    ScratchDir::new(&format!("{}-{}-{name}", caller(), std::process::id()))
 }
 
 /// `scenarios` run in-process (no fault, no progress bars) into a scratch folder named after the calling test file
 /// and `name`, removed afterwards: the run's summary and trials.
 #[track_caller]
 pub fn run_in_tmp(name: &str, scenarios: &[Scenario]) -> (Summary, Vec<TrialRecord>) {
-    let out = std::env::temp_dir().join(format!("kvproof-{}-{}-{name}", caller(), std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let opts = RunOptions { out: out.clone(), fault: None, progress: false, command: vec![] };
-    let result = run_scenarios(scenarios, &opts).expect("run");
-    let _ = std::fs::remove_dir_all(&out);
-    result
+    let dir = ScratchDir::new(&format!("{}-{}-{name}", caller(), std::process::id()));
+    let opts = RunOptions { out: dir.join("run"), fault: None, progress: false, command: vec![] };
+    run_scenarios(scenarios, &opts).expect("run")
 }
 
 /// stdout then stderr.
