@@ -125,6 +125,7 @@ pub fn attend_rows_in_parts<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: 
     let parallel_min = if per_head { ONE_ROW_PARALLEL_MIN_WORK } else { PARALLEL_MIN_WORK };
     let per = rows_per_task(group);
     let blocks = rows.div_ceil(per);
+    let listed: Vec<Listed<'a>> = parts.iter().map(|part| Listed::of(part, rows, kv_heads)).collect();
     let task = |task: usize| {
         let (block, g) = (task / kv_heads, task % kv_heads);
         let rows = block * per..((block + 1) * per).min(rows);
@@ -133,16 +134,17 @@ pub fn attend_rows_in_parts<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: 
             rows.clone().flat_map(|i| (0..group).map(move |j| &q[i * qd + (g * group + j) * hd..][..hd])).collect();
         let mut scores: Vec<Scores> = parts
             .iter()
-            .map(|part| {
+            .zip(&listed)
+            .map(|(part, list)| {
                 let ranges: Vec<Range<usize>> =
                     rows.clone().flat_map(|i| std::iter::repeat_n(part.visible(i), group)).collect();
-                Scores::dots(&queries, &ranges, |p| part.kv(g, p).0)
+                Scores::dots(&queries, &ranges, |p| list.key(g, p))
             })
             .collect();
         softmax_parts(&mut scores, scale);
         let mut out = vec![0.0; queries.len() * hd];
-        for (part, sc) in parts.iter().zip(&scores) {
-            sc.add_weighted(|p| part.kv(g, p).1, &mut out);
+        for (list, sc) in listed.iter().zip(&scores) {
+            sc.add_weighted(|p| list.value(g, p), &mut out);
         }
         out
     };
@@ -157,6 +159,36 @@ pub fn attend_rows_in_parts<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: 
             let (i, j) = (block * per + n / group, n % group);
             att[i * qd + (g * group + j) * hd..][..hd].copy_from_slice(o);
         }
+    }
+}
+
+/// One part's key and value rows of every kv head, over every index some row of the segment sees, each asked of
+/// the part once. A segment's tasks are (block of rows, kv head) pairs, and every task of a head reads the same
+/// rows: asked per task, a 128-row chunk over 4096 positions asked `kv` 262 144 times a layer where listing takes
+/// 16 384. The lists hold the part's own slices, so the kernels read the same rows in the same order: the same bits.
+struct Listed<'a> {
+    /// The first index listed.
+    lo: usize,
+    /// `[kv head][index - lo]`.
+    keys: Vec<Vec<&'a [f32]>>,
+    values: Vec<Vec<&'a [f32]>>,
+}
+
+impl<'a> Listed<'a> {
+    fn of<P: KeyPart<'a>>(part: &P, rows: usize, kv_heads: usize) -> Self {
+        let seen = (0..rows).map(|i| part.visible(i)).filter(|r| !r.is_empty());
+        let (lo, hi) = seen.fold((usize::MAX, 0), |(lo, hi), r| (lo.min(r.start), hi.max(r.end)));
+        let span = if lo < hi { lo..hi } else { 0..0 };
+        let (keys, values) = (0..kv_heads).map(|g| span.clone().map(|p| part.kv(g, p)).unzip()).unzip();
+        Listed { lo: span.start, keys, values }
+    }
+
+    fn key(&self, g: usize, p: usize) -> &'a [f32] {
+        self.keys[g][p - self.lo]
+    }
+
+    fn value(&self, g: usize, p: usize) -> &'a [f32] {
+        self.values[g][p - self.lo]
     }
 }
 
