@@ -26,10 +26,6 @@ impl ScratchDir {
         }
         ScratchDir { path }
     }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
 }
 
 impl Deref for ScratchDir {
