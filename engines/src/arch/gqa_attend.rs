@@ -175,10 +175,12 @@ struct Listed<'a> {
 }
 
 impl<'a> Listed<'a> {
+    /// The span `Scores` reads over any block of these rows: from the lowest start to the highest end of their
+    /// ranges, an empty range's start included (a task's scores span it too).
     fn of<P: KeyPart<'a>>(part: &P, rows: usize, kv_heads: usize) -> Self {
-        let seen = (0..rows).map(|i| part.visible(i)).filter(|r| !r.is_empty());
+        let seen = (0..rows).map(|i| part.visible(i)).map(|r| r.start..r.end.max(r.start));
         let (lo, hi) = seen.fold((usize::MAX, 0), |(lo, hi), r| (lo.min(r.start), hi.max(r.end)));
-        let span = if lo < hi { lo..hi } else { 0..0 };
+        let span = lo.min(hi)..hi;
         let (keys, values) = (0..kv_heads).map(|g| span.clone().map(|p| part.kv(g, p)).unzip()).unzip();
         Listed { lo: span.start, keys, values }
     }
@@ -402,6 +404,40 @@ mod tests {
                             "{rows} rows x {heads} heads (group {group}, head major {head_major}): row {i} head {h}"
                         );
                     }
+                }
+            }
+        }
+    }
+
+    /// Rows that see no key at all, their empty range starting below or above the others' keys: each gets what it
+    /// gets alone (the rows' key lists span every index a task's rows name, empty ranges' starts included).
+    #[test]
+    fn rows_that_see_nothing_beside_rows_that_see_keys() {
+        let mut r = SplitMix64::new(11);
+        let (rows, heads, group, hd, positions) = (20, 4, 2, 16, 40);
+        let shape = Heads { width: hd, heads, group, scale: 0.3 };
+        let (qd, kvd) = (heads * hd, heads / group * hd);
+        let mut v = |n: usize| -> Vec<f32> { (0..n).map(|_| r.uniform(1.0)).collect() };
+        let (q, k, vals) = (v(rows * qd), v(positions * kvd), v(positions * kvd));
+        let kv = |g: usize, p: usize| (&k[p * kvd + g * hd..][..hd], &vals[p * kvd + g * hd..][..hd]);
+        for visible in [
+            |i: usize| if i.is_multiple_of(5) { 1..1 } else { 6..10 + i },
+            |i: usize| if i < 3 { 35..35 } else { 2..i },
+        ] {
+            let mut att = vec![f32::NAN; rows * qd];
+            attend_rows(&q, shape, visible, kv, &mut att);
+            for i in 0..rows {
+                for h in 0..heads {
+                    let mut want = vec![0.0; hd];
+                    attend(
+                        &q[i * qd + h * hd..][..hd],
+                        visible(i).map(|p| kv(h / group, p)),
+                        0.3,
+                        &mut Vec::new(),
+                        &mut want,
+                    );
+                    let got = &att[i * qd + h * hd..][..hd];
+                    assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "row {i} head {h}");
                 }
             }
         }
