@@ -230,8 +230,9 @@ fn a_cancel_mid_prefill_taints_and_the_next_turn_starts_over() {
         }
     }
     let mut e = open_config(tiny(), None);
-    let p = ids(60, 11);
-    e.generate(&exact(1, p[..40].to_vec(), 3), &mut NoObserver).expect("turn 1");
+    // turn 2 reuses 2 grid chunks and prefills 3 whole ones: the cancel comes after the first of them
+    let p = ids(5 * GRID, 11);
+    e.generate(&exact(1, p[..2 * GRID + 8].to_vec(), 3), &mut NoObserver).expect("turn 1");
     assert!(matches!(e.generate(&exact(2, p.clone(), 3), &mut CancelAfter(1)), Err(EngineError::Cancelled)));
     assert!(e.dump(0).expect("dump").record.tainted);
     let w = warm_equals_cold(e.as_mut(), &exact(3, p, 3));

@@ -6,6 +6,12 @@
 //! exactly the rows a cold run of the current prompt writes. Only the last chunk (the remainder) is partial, which
 //! is why reuse is rounded down to the grid.
 //!
+//! A prompt's segments (what the engine loop feeds and records as one step) are these chunks, except that a
+//! remainder following a full chunk is fed together with it (`segments`): a remainder of a few rows does too
+//! little arithmetic to hide its read of every layer's weights, so the pair goes through the model layer by
+//! layer, and the remainder reads each layer's weights from cache just after the full chunk read them. Each
+//! chunk of the pair keeps its own rows, tiling and writer (`split` recovers them), so no row's bits change.
+//!
 //! The `variable-chunks` fault restores seed 004's original chunker, which sized chunks from the total prompt
 //! length (`n = ceil(L / grid); step = ceil(L / n)`): two prompts of different lengths then cut the same prefix
 //! into chunks of different row counts.
@@ -22,6 +28,31 @@ pub fn plan(from: usize, to: usize, grid: usize, variable: bool) -> Vec<(usize, 
         start = end;
     }
     out
+}
+
+/// The segments feeding positions `from..to`: the chunks of `plan`, with a partial last chunk joined to a full
+/// grid chunk before it. Only a full chunk (which starts on the grid) takes a remainder, so `split` finds the
+/// pair again from the segment alone; the `variable-chunks` fault's shorter chunks are never joined.
+pub fn segments(from: usize, to: usize, grid: usize, variable: bool) -> Vec<(usize, usize)> {
+    let grid = grid.max(1);
+    let mut out = plan(from, to, grid, variable);
+    if let [.., (a, b), (c, d)] = out[..] {
+        if b - a == grid && d - c < grid {
+            out.truncate(out.len() - 2);
+            out.push((a, d));
+        }
+    }
+    out
+}
+
+/// The chunks of one segment of `segments`: the segment itself, or the full chunk and remainder it joins.
+pub fn split(start: usize, end: usize, grid: usize) -> Vec<(usize, usize)> {
+    let grid = grid.max(1);
+    if end - start > grid {
+        vec![(start, start + grid), (start + grid, end)]
+    } else {
+        vec![(start, end)]
+    }
 }
 
 #[cfg(test)]
@@ -44,7 +75,30 @@ mod tests {
         assert_eq!(plan(0, 50, 16, true), vec![(0, 13), (13, 26), (26, 39), (39, 50)]);
     }
 
+    #[test]
+    fn a_remainder_rides_with_the_full_chunk_before_it() {
+        assert_eq!(segments(0, 40, 16, false), vec![(0, 16), (16, 40)]);
+        assert_eq!(segments(16, 40, 16, false), vec![(16, 40)]);
+        assert_eq!(split(16, 40, 16), vec![(16, 32), (32, 40)]);
+        // nothing to join: all full, a lone remainder, or a partial first chunk (reuse off the grid)
+        assert_eq!(segments(0, 32, 16, false), vec![(0, 16), (16, 32)]);
+        assert_eq!(segments(32, 40, 16, false), vec![(32, 40)]);
+        assert_eq!(segments(10, 20, 16, false), vec![(10, 16), (16, 20)]);
+        // the original chunker's chunks are shorter than the grid and stay as they are
+        assert_eq!(segments(0, 50, 16, true), plan(0, 50, 16, true));
+    }
+
     proptest! {
+        /// Splitting every segment gives back the chunk plan, whatever the start, end, grid or chunker.
+        #[test]
+        fn split_segments_are_the_plan(grid in 1usize..20, from in 0usize..100, extra in 0usize..200, variable: bool) {
+            let to = from + extra;
+            let split_back: Vec<_> =
+                segments(from, to, grid, variable).into_iter().flat_map(|(a, b)| split(a, b, grid)).collect();
+            prop_assert_eq!(split_back, plan(from, to, grid, variable));
+        }
+
+
         /// Grid chunks never depend on the prompt length: every full chunk of a prefix is the same in any longer
         /// prompt, and resuming at a grid boundary gives the cold plan's tail.
         #[test]

@@ -116,14 +116,32 @@ impl Model {
 
     /// Feed `b` through the main model with reduction `red`; returns the logits of its last `logits_rows` rows.
     pub fn forward(&self, kv: &mut [LayerKv], b: &Batch, red: Reduction, logits_rows: usize) -> Vec<f32> {
+        self.forward_together(kv, &[(b, red)], logits_rows)
+    }
+
+    /// Feed consecutive batches through the main model layer by layer, each with its own reduction: every batch
+    /// passes layer l before any enters layer l + 1. A batch reads at layer l only the rows earlier batches wrote
+    /// at layer l, so each row gets the bits it gets from batches fed one after another; but each layer's weights
+    /// come from memory once for all of them. Returns the logits of the last batch's last `logits_rows` rows.
+    pub fn forward_together(
+        &self,
+        kv: &mut [LayerKv],
+        batches: &[(&Batch, Reduction)],
+        logits_rows: usize,
+    ) -> Vec<f32> {
         let c = &self.config;
-        let s = b.ids.len();
-        let mut x = self.stack.embed_rows(b.ids, c.hidden);
+        let Some(&(last, last_red)) = batches.last() else {
+            return Vec::new();
+        };
+        let mut xs: Vec<Vec<f32>> = batches.iter().map(|(b, _)| self.stack.embed_rows(b.ids, c.hidden)).collect();
         for (layer, cache) in self.stack.layers.iter().zip(kv.iter_mut()) {
-            self.attention(&layer.attn_norm, &layer.attn, cache, &mut x, b, red);
-            add_moe_sublayer(&mut x, &layer.ffn_norm, c.norm_eps, &layer.moe, red, s);
+            for (&(b, red), x) in batches.iter().zip(&mut xs) {
+                self.attention(&layer.attn_norm, &layer.attn, cache, x, b, red);
+                add_moe_sublayer(x, &layer.ffn_norm, c.norm_eps, &layer.moe, red, b.ids.len());
+            }
         }
-        self.logits(&x, logits_rows.clamp(1, s), &self.stack.final_norm, red)
+        let x = xs.last().map(Vec::as_slice).unwrap_or_default();
+        self.logits(x, logits_rows.clamp(1, last.ids.len()), &self.stack.final_norm, last_red)
     }
 
     /// Feed `b` through the drafter (batch-invariant: its rows depend only on the ids and their positions);

@@ -43,6 +43,17 @@ pub const INFO: ArchInfo = ArchInfo {
     faults: &[Fault::VariableChunks, Fault::NoCanonicalBound, Fault::NoGridQuantize, Fault::DrafterNotResumed],
 };
 
+/// The writer of a segment's `k`-th chunk, of `rows` rows: the segment's first chunk is the one the engine loop
+/// numbered.
+fn nth_chunk(writer: Writer, k: usize, rows: usize) -> Writer {
+    match writer.kind {
+        WriterKind::Prefill { chunk, .. } => {
+            Writer { kind: WriterKind::Prefill { chunk: chunk + k as u32, chunk_rows: rows as u32 }, ..writer }
+        }
+        _ => writer,
+    }
+}
+
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
@@ -163,21 +174,32 @@ impl Arch for Model {
         }
     }
 
-    /// Chunks on the position-fixed grid (`variable-chunks`: sized from the prompt's length).
+    /// Chunks on the position-fixed grid (`variable-chunks`: sized from the prompt's length), a remainder joined
+    /// to the full chunk before it.
     fn segments(&self, from: usize, to: usize, fault: Option<Fault>) -> Vec<(usize, usize)> {
-        plan(from, to, self.grid, fault == Some(Fault::VariableChunks))
+        chunks::segments(from, to, self.grid, fault == Some(Fault::VariableChunks))
     }
 
-    /// A chunk through the main model (tiling picked from its row count), then through the drafter.
+    /// A segment's chunks through the main model together (each tiled by its own row count, written by its own
+    /// chunk), then through the drafter one by one.
     fn prefill(&self, slot: &mut Slot<State>, seg: &Segment, _: &mut Progress, _: Option<Fault>) -> Option<Vec<f32>> {
         let st = &mut slot.layers;
-        let rows = seg.ids.len();
-        let writers = vec![seg.writer; rows];
-        let batch = Batch { ids: seg.ids, pos0: seg.pos0, writers: writers.clone() };
+        let batches: Vec<Batch> = chunks::split(seg.pos0, seg.end(), self.grid)
+            .into_iter()
+            .enumerate()
+            .map(|(k, (a, b))| Batch {
+                ids: &seg.ids[a - seg.pos0..b - seg.pos0],
+                pos0: a,
+                writers: vec![nth_chunk(seg.writer, k, b - a); b - a],
+            })
+            .collect();
         // the drafter's kernels on the pool too: from outside it each one was a hand-off to a sleeping worker
         let logits = on_worker(|| {
-            let logits = self.forward(&mut st.kv, &batch, prefill_reduction(rows), 1);
-            st.drafter.feed(self, seg.ids, writers);
+            let fed: Vec<_> = batches.iter().map(|b| (b, prefill_reduction(b.ids.len()))).collect();
+            let logits = self.forward_together(&mut st.kv, &fed, 1);
+            for b in &batches {
+                st.drafter.feed(self, b.ids, b.writers.clone());
+            }
             logits
         });
         st.canonical_end = seg.end();
