@@ -98,7 +98,6 @@ mod tests {
             prop_assert_eq!(split_back, plan(from, to, grid, variable));
         }
 
-
         /// Grid chunks never depend on the prompt length: every full chunk of a prefix is the same in any longer
         /// prompt, and resuming at a grid boundary gives the cold plan's tail.
         #[test]
