@@ -15,7 +15,7 @@ use crate::bundled;
 use crate::chat::{render, Message, Role};
 use crate::config::Preset;
 use crate::cpu_steal::{self, StealMeter};
-use crate::engine::{Engine, NoObserver, Request};
+use crate::engine::{Engine, NoObserver, Reply, Request};
 use crate::error::Result;
 use crate::kernels::{attend_many, matmul, qmatmul, work, QMatrix, QType, Work};
 
@@ -444,13 +444,18 @@ fn second_turn(engine: &mut dyn Engine, preset: Preset) -> Result<String> {
     let mut cold_engine = engine.fresh();
     let cold = cold_engine.generate(&req, &mut NoObserver)?;
     let (tw, tc) = (warm.timings.prefill + warm.timings.decode, cold.timings.prefill + cold.timings.decode);
+    // each side's prefill and decode apart: a warm prefill that also grows the state shows there, not as decode
+    let split = |r: &Reply| format!("prefill {:.3}s + decode {:.3}s", secs(r.timings.prefill), secs(r.timings.decode));
     Ok(format!(
-        "  turn 2: reuse {} of {} prompt tokens ({:.0}%), warm {:.3}s, cold {:.3}s, speedup {:.2}x, identical {}\n",
+        "  turn 2: reuse {} of {} prompt tokens ({:.0}%), warm {:.3}s ({}), cold {:.3}s ({}), speedup {:.2}x, \
+         identical {}\n",
         warm.reused,
         warm.prompt_tokens,
         100.0 * warm.reused as f64 / warm.prompt_tokens as f64,
         secs(tw),
+        split(&warm),
         secs(tc),
+        split(&cold),
         secs(tc) / secs(tw),
         if warm.tokens == cold.tokens { "YES" } else { "NO" }
     ))
@@ -549,5 +554,19 @@ mod tests {
             line.contains("1.0 GB/s = 50.0% of the DRAM read around it (2.0 GB/s, cores apart) (slowest run 25.0%)"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn turn_two_gives_each_sides_prefill_and_decode() {
+        let mut engine = bundled::open_preset("inkling", Preset::Tiny, 0, None).expect("open");
+        let line = second_turn(engine.as_mut(), Preset::Tiny).expect("turn 2");
+        let sides: Vec<&str> = line.split(" (prefill ").skip(1).collect();
+        assert_eq!(sides.len(), 2, "a warm and a cold split: {line}");
+        for side in sides {
+            let (prefill, rest) = side.split_once("s + decode ").expect(&line);
+            let decode = rest.split_once("s)").expect(&line).0;
+            assert!(prefill.parse::<f64>().is_ok() && decode.parse::<f64>().is_ok(), "{line}");
+        }
+        assert!(line.contains("identical YES"), "{line}");
     }
 }
