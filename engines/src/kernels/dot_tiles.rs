@@ -201,8 +201,9 @@ mod tests {
         }
 
         /// One row against many tiles of keys (a decode matvec: the AVX-512 kernel reads far-apart runs of tiles
-        /// side by side when the keys are long, and the tiles left over one by one; short keys one tile at a time), with lines to prefetch along the way: the portable
-        /// bits for every key.
+        /// side by side when the keys are long, and the tiles left over one by one; short keys, and fewer than four
+        /// tiles of long ones, through the tile loop), with lines to prefetch along the way: the portable bits for
+        /// every key.
         #[test]
         fn one_row_against_many_tiles_matches_the_portable_dots(
             chunks in prop_oneof![0usize..4, 16usize..19], tiles in 1usize..14, lines in 0usize..40, seed in any::<u64>()
