@@ -59,15 +59,17 @@ impl Expert {
         bytes
     }
 
-    fn forward(&self, red: Reduction, x: &[f32], rows: usize, hidden: usize, ffn: usize) -> Vec<f32> {
+    /// `then`: the weights this thread multiplies after the expert's down (the next expert's gate), whose first
+    /// lines the down asks for on its way (`matmul_with_tail`); empty if none is known.
+    fn forward(&self, red: Reduction, x: &[f32], rows: usize, hidden: usize, ffn: usize, then: &[f32]) -> Vec<f32> {
         let tail = self.tail.as_deref();
         let mut g = vec![0.0; rows * ffn];
         let mut u = vec![0.0; rows * ffn];
-        matmul_with_tail(red, x, rows, &self.gate, tail.map(|t| &t.gate), ffn, hidden, &mut g);
-        matmul_with_tail(red, x, rows, &self.up, tail.map(|t| &t.up), ffn, hidden, &mut u);
+        matmul_with_tail(red, x, rows, &self.gate, tail.map(|t| &t.gate), ffn, hidden, &mut g, &self.up);
+        matmul_with_tail(red, x, rows, &self.up, tail.map(|t| &t.up), ffn, hidden, &mut u, &self.down);
         gate(&mut g, &u);
         let mut y = vec![0.0; rows * hidden];
-        matmul_with_tail(red, &g, rows, &self.down, tail.map(|t| &t.down), hidden, ffn, &mut y);
+        matmul_with_tail(red, &g, rows, &self.down, tail.map(|t| &t.down), hidden, ffn, &mut y, then);
         y
     }
 
@@ -160,11 +162,25 @@ impl Moe {
             shared
         } else {
             // the experts side by side: a short segment gives each expert a few rows, too little work to split one
-            // expert's matmuls
-            let run_expert = |&ei: &usize| self.experts[ei].forward(red, &gather(ei), members[ei].len(), h, self.ffn);
+            // expert's matmuls. On one thread they run in order, routed then shared, and each asks for the next
+            // one's first weights while its down computes: the first tile of a matrix from memory otherwise waits
+            // (docs/engines.md, *The next matrix's first tile*)
+            let order: Vec<&Expert> = active.iter().map(|&ei| &self.experts[ei]).chain(&self.shared).collect();
+            let then = |i: usize| match order.get(i + 1) {
+                Some(next) if rayon::current_num_threads() == 1 => next.gate.as_slice(),
+                _ => &[],
+            };
+            let run_expert = |(i, &ei): (usize, &usize)| {
+                self.experts[ei].forward(red, &gather(ei), members[ei].len(), h, self.ffn, then(i))
+            };
+            let shared_from = active.len();
             let (routed, shared): (Vec<Vec<f32>>, _) = rayon::join(
-                || active.par_iter().map(run_expert).collect(),
-                || self.shared.par_iter().map(|s| s.forward(red, x, rows, h, self.ffn)).collect(),
+                || active.par_iter().enumerate().map(run_expert).collect(),
+                || {
+                    let run_shared =
+                        |(i, s): (usize, &Expert)| s.forward(red, x, rows, h, self.ffn, then(shared_from + i));
+                    self.shared.par_iter().enumerate().map(run_shared).collect()
+                },
             );
             for (&ei, y) in active.iter().zip(routed) {
                 routed_out[ei] = Some(y);
@@ -238,10 +254,10 @@ mod tests {
             let mut want = vec![0.0f32; h];
             for (&e, &wt) in order[..2].iter().zip(&w) {
                 used[e] = true;
-                let ye = moe.experts[e].forward(Reduction::Invariant, xr, 1, h, f);
+                let ye = moe.experts[e].forward(Reduction::Invariant, xr, 1, h, f, &[]);
                 want.iter_mut().zip(&ye).for_each(|(a, b)| *a += wt * b);
             }
-            let ys = moe.shared[0].forward(Reduction::Invariant, xr, 1, h, f);
+            let ys = moe.shared[0].forward(Reduction::Invariant, xr, 1, h, f, &[]);
             want.iter_mut().zip(&ys).for_each(|(a, b)| *a += b);
             let got: Vec<u32> = y[r * h..(r + 1) * h].iter().map(|v| v.to_bits()).collect();
             assert_eq!(got, want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "row {r}");
@@ -264,6 +280,19 @@ mod tests {
         }
     }
 
+    /// On one thread each expert asks for the next one's weights while its down computes; every row's output has
+    /// the bits of the same segment on several threads, where no expert asks.
+    #[test]
+    fn one_thread_asking_ahead_keeps_the_bits() {
+        let moe = six_experts(64, 80);
+        let (rows, pool) = (31, rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("pool"));
+        let x = random(rows * moe.hidden, 77);
+        let bits = |y: Vec<f32>| y.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let one = bits(pool.install(|| moe.forward(Reduction::Invariant, &x, rows)));
+        let two = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("pool");
+        assert_eq!(one, bits(two.install(|| moe.forward(Reduction::Invariant, &x, rows))));
+    }
+
     /// `forward_many` gives each expert the bits of its own `forward` over its own rows.
     #[test]
     fn forward_many_gives_each_expert_its_own_bits() {
@@ -272,7 +301,7 @@ mod tests {
         let work: Vec<(&Expert, &[f32])> = moe.experts.iter().zip(&xs).map(|(e, x)| (e, x.as_slice())).collect();
         let many = Expert::forward_many(&work, 48, 40);
         for (r, ((e, x), y)) in work.iter().zip(&many).enumerate() {
-            let alone = e.forward(Reduction::Invariant, x, r, 48, 40);
+            let alone = e.forward(Reduction::Invariant, x, r, 48, 40, &[]);
             assert_eq!(
                 y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                 alone.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),

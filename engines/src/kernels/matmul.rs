@@ -92,8 +92,10 @@ pub(super) fn acc_tile_portable<const R: usize, const C: usize>(x: [&[Lanes]; R]
 /// The weight rows are walked in cache-sized tiles; over each tile go blocks of four x rows in 4 x 4 tiles
 /// (`dots`: every element `dot`'s bits), then up to 3 rows left over (two in 2 x 8 tiles, one in 1 x 16 tiles, as
 /// a single row in decode). While a tile's passes compute, the next tile's weights are asked for, a share per
-/// pass: a short segment (a few rows per expert) otherwise waits for every tile's bytes from memory in turn.
-pub(super) fn block_invariant(x: &[f32], w: &[f32], in_dim: usize, y: &mut [f32], y_stride: usize) {
+/// pass: a short segment (a few rows per expert) otherwise waits for every tile's bytes from memory in turn. The
+/// last tile asks for the first tile of `then`, the weights the caller multiplies next (empty if none): an
+/// expert's gate, up and down, then the next expert's gate.
+pub(super) fn block_invariant(x: &[f32], w: &[f32], in_dim: usize, y: &mut [f32], y_stride: usize, then: &[f32]) {
     let rows = x.len() / in_dim;
     let cols = w.len() / in_dim;
     if cols == 0 {
@@ -118,8 +120,12 @@ pub(super) fn block_invariant(x: &[f32], w: &[f32], in_dim: usize, y: &mut [f32]
     for t0 in (0..cols).step_by(tile) {
         let t1 = (t0 + tile).min(cols);
         let ws = &wrows[t0..t1.next_multiple_of(16)];
-        // the next tile's bytes, a share per pass over this one
-        let next = &w[(t1 * in_dim).min(w.len())..((t1 + tile) * in_dim).min(w.len())];
+        // the next tile's bytes, a share per pass over this one; after the last, the next matrix's first tile
+        let next = if t1 < cols {
+            &w[t1 * in_dim..((t1 + tile) * in_dim).min(w.len())]
+        } else {
+            &then[..(tile * in_dim).min(then.len())]
+        };
         // (a single row, as in decode, has too little compute to hide the next tile behind: the hardware streams
         // it; two to four rows are one pass, whose next tile waited for memory without the asks: a 4-row matmul of
         // 256 x 256 weights from memory took longer than a 5-row one)
@@ -600,12 +606,13 @@ pub fn matmul(x: &[f32], rows: usize, w: &[f32], out_dim: usize, in_dim: usize, 
 
 /// `matmul` with an explicit reduction order.
 pub fn matmul_with(red: Reduction, x: &[f32], rows: usize, w: &[f32], out_dim: usize, in_dim: usize, y: &mut [f32]) {
-    matmul_with_tail(red, x, rows, w, None, out_dim, in_dim, y)
+    matmul_with_tail(red, x, rows, w, None, out_dim, in_dim, y, &[])
 }
 
 /// `matmul_with`, where a `Tiled` reduction's tail reads `tail` (`w` copied at load in its layout) instead of
 /// transposing `w`'s blocks per call, and its x-lane passes too where that spares reading `w` as well: the same
-/// bits either way. An `Invariant` reduction ignores it.
+/// bits either way. An `Invariant` reduction ignores it, and asks for the first lines of `then` (the weights the
+/// caller multiplies next, or none) on one thread or when every thread walks all of `w`.
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_with_tail(
     red: Reduction,
@@ -616,6 +623,7 @@ pub fn matmul_with_tail(
     out_dim: usize,
     in_dim: usize,
     y: &mut [f32],
+    then: &[f32],
 ) {
     assert_eq!(x.len(), rows * in_dim, "matmul: x is not rows x in");
     assert_eq!(w.len(), out_dim * in_dim, "matmul: w is not out x in");
@@ -678,21 +686,21 @@ pub fn matmul_with_tail(
     let task_work = if rows < 4 { DECODE_TASK_WORK } else { TASK_WORK };
     let tasks = (rows * out_dim * in_dim / task_work).min(4 * threads);
     if threads < 2 || tasks < 2 {
-        block_invariant(x, w, in_dim, y, out_dim);
+        block_invariant(x, w, in_dim, y, out_dim, then);
     } else if rows >= ROWS_PER_TASK * threads {
         // many rows: whole 4-row blocks per task, each task walks weight tiles over its rows (every task reads all
         // the weights, so each takes enough rows to reuse them)
         let tasks = tasks.min(rows / ROWS_PER_TASK);
         let per = rows.div_ceil(tasks).next_multiple_of(4);
         x.par_chunks(per * in_dim).zip(y.par_chunks_mut(per * out_dim)).for_each(|(xb, yb)| {
-            block_invariant(xb, w, in_dim, yb, out_dim);
+            block_invariant(xb, w, in_dim, yb, out_dim, then);
         });
     } else {
         // few rows (decode, a short segment): split the weight rows (output columns) instead, whole tiles of 16
         let per = out_dim.div_ceil(tasks).next_multiple_of(16);
         if rows == 1 {
             let mut tasks: Vec<(&[f32], &mut [f32])> = w.chunks(per * in_dim).zip(y.chunks_mut(per)).collect();
-            crate::decode_team::for_each_mut(&mut tasks, |(wb, yb)| block_invariant(x, wb, in_dim, yb, yb.len()));
+            crate::decode_team::for_each_mut(&mut tasks, |(wb, yb)| block_invariant(x, wb, in_dim, yb, yb.len(), &[]));
         } else {
             column_blocks_side_by_side(in_dim, &mut [(x, w, y)]);
         }
@@ -742,7 +750,7 @@ fn column_blocks_side_by_side(in_dim: usize, jobs: &mut [(&[f32], &[f32], &mut [
         let x = xs[m];
         let n = wb.len() / in_dim;
         let mut out = vec![0.0; x.len() / in_dim * n];
-        block_invariant(x, wb, in_dim, &mut out, n);
+        block_invariant(x, wb, in_dim, &mut out, n, &[]);
         out
     });
     let mut start = 0;
@@ -826,6 +834,27 @@ mod tests {
                 let e = dot(&x[r * in_dim..(r + 1) * in_dim], &w[o * in_dim..(o + 1) * in_dim]);
                 assert_eq!(y[r * out_dim + o].to_bits(), e.to_bits(), "{rows}x{out_dim}x{in_dim}: y[{r}, {o}]");
             }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        /// The weights a matmul asks for after its own (`then`: a next matrix longer or shorter than a tile, or
+        /// none) change no output bit, whatever tiles and passes the rows take.
+        #[test]
+        fn asking_for_the_next_weights_changes_no_bit(
+            rows in 5usize..14, out_dim in 1usize..40, in_dim in prop_oneof![1usize..80, 250usize..300],
+            then_rows in 0usize..80, seed in any::<u64>()
+        ) {
+            let (x, w) = (random(rows * in_dim, seed), random(out_dim * in_dim, seed ^ 9));
+            let then = random(then_rows * in_dim, seed ^ 3);
+            let (mut alone, mut asking) = (vec![f32::NAN; rows * out_dim], vec![f32::NAN; rows * out_dim]);
+            block_invariant(&x, &w, in_dim, &mut alone, out_dim, &[]);
+            block_invariant(&x, &w, in_dim, &mut asking, out_dim, &then);
+            let bits = |v: &[f32]| v.iter().map(|a| a.to_bits()).collect::<Vec<_>>();
+            prop_assert_eq!(bits(&asking), bits(&alone));
+            matmul(&x, rows, &w, out_dim, in_dim, &mut alone);
+            prop_assert_eq!(bits(&asking), bits(&alone));
         }
     }
 
@@ -950,7 +979,7 @@ mod tests {
             };
             let blocks = TailBlocks::of(&w, out_dim, in_dim);
             let mut y = vec![0.0; rows * out_dim];
-            matmul_with_tail(Reduction::Tiled(parts), &x, rows, &w, blocks.as_ref(), out_dim, in_dim, &mut y);
+            matmul_with_tail(Reduction::Tiled(parts), &x, rows, &w, blocks.as_ref(), out_dim, in_dim, &mut y, &[]);
             for r in 0..rows {
                 for o in 0..out_dim {
                     prop_assert_eq!(y[r * out_dim + o].to_bits(), expect(r, o), "row {} col {}", r, o);
@@ -985,7 +1014,7 @@ mod tests {
         let refused = std::panic::catch_unwind(|| {
             let (x, other) = (random(3 * 40, 2), random(16 * 40, 3));
             let mut y = vec![0.0; 3 * 16];
-            matmul_with_tail(Reduction::Tiled(4), &x, 3, &other, Some(&blocks), 16, 40, &mut y);
+            matmul_with_tail(Reduction::Tiled(4), &x, 3, &other, Some(&blocks), 16, 40, &mut y, &[]);
         });
         let message = refused.expect_err("a copy of a 32 x 20 matrix passed for a 16 x 40 one");
         let text = message.downcast_ref::<String>().map(String::as_str).unwrap_or_default();

@@ -598,7 +598,7 @@ fn f32_matmul(x: &[f32], rows: usize, w: &[f32], out_dim: usize, in_dim: usize, 
         let o0 = g * GROUP;
         let n = GROUP.min(out_dim - o0);
         let mut part = vec![0.0f32; rows * n];
-        block_invariant(x, &w[o0 * in_dim..(o0 + n) * in_dim], in_dim, &mut part, n);
+        block_invariant(x, &w[o0 * in_dim..(o0 + n) * in_dim], in_dim, &mut part, n, &[]);
         part
     };
     if rows == 1 {
