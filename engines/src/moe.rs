@@ -164,7 +164,7 @@ impl Moe {
             // the experts side by side: a short segment gives each expert a few rows, too little work to split one
             // expert's matmuls. On one thread they run in order, routed then shared, and each asks for the next
             // one's first weights while its down computes: the first tile of a matrix from memory otherwise waits
-            // (docs/engines.md, *The next matrix's first tile*)
+            // (docs/engines.md, *A matmul asks for the first tile of the matrix its caller multiplies next*)
             let order: Vec<&Expert> = active.iter().map(|&ei| &self.experts[ei]).chain(&self.shared).collect();
             let then = |i: usize| match order.get(i + 1) {
                 Some(next) if rayon::current_num_threads() == 1 => next.gate.as_slice(),
