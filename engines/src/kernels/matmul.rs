@@ -368,8 +368,9 @@ pub(super) fn transpose_rows<const L: usize>(block: &[f32], n: usize, in_dim: us
 /// (`left` of them in the step; read from `rows`: the copy or the row-major weights, `TiledWeights::passes`) against
 /// the pass of x rows `r0..r0 + lanes`, places them in `y` (the passes' rows of `y`) and returns how many weight
 /// rows it took. `tail(x, lanes, weight rows, y)` does the same for the tail's x rows against a block of `L` weight
-/// rows (`weight_lanes`) and the tail's rows of `y`. Where the passes or the tail read a copy, a step asks for the
-/// next step's blocks as it starts.
+/// rows (`weight_lanes`) and the tail's rows of `y`. The first pass of x rows over a step asks for the next
+/// step's weights as it goes (`Rows::ahead`); where only the tail reads a copy, a step asks for the copy's next
+/// blocks as it starts.
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn tiled_steps<const L: usize>(
@@ -389,7 +390,7 @@ pub(super) fn tiled_steps<const L: usize>(
     let (x_lanes, x_tail) = x.split_at(lane_rows * in_dim);
     let (y_lanes, y_tail) = y.split_at_mut(lane_rows * cols);
     let passes = weights.passes(tail > 0, lane_rows <= L);
-    let ask = weights.asked(passes, tail > 0);
+    let ask = weights.asked(passes, tail > 0, lane_rows > 0);
     let tail_weights = weights.tail();
     let mut wt = match tail_weights {
         Rows::RowMajor(_) if tail > 0 => vec![0.0f32; in_dim * L],
@@ -458,13 +459,26 @@ pub(super) enum Rows<'a> {
 }
 
 #[cfg(target_arch = "x86_64")]
-impl Rows<'_> {
+impl<'a> Rows<'a> {
     /// Whether these are `rows` rows of `in_dim` (a copy: at least its whole blocks).
     pub(super) fn hold(self, rows: usize, in_dim: usize) -> bool {
         match self {
             Rows::RowMajor(m) => m.len() == rows * in_dim,
             Rows::Blocked { blocks, lanes } => lanes > 0 && blocks.len() >= rows.div_ceil(lanes) * in_dim * lanes,
         }
+    }
+
+    /// What a pass over rows `o..o + c` asks for as it goes: rows `o + step..o + step + c`, the same rows one walk
+    /// step on (`tiled_steps`), none past row `cols` (a copy: past its last block). Row `r`'s f32s start at
+    /// `r · in_dim` in both layouts (a copy's block of `L` rows is `L · in_dim` f32s), so the range is the same;
+    /// the passes over one step's rows ask for the whole next step between them.
+    pub(super) fn ahead(self, o: usize, c: usize, step: usize, cols: usize, in_dim: usize) -> &'a [f32] {
+        let (m, end) = match self {
+            Rows::RowMajor(m) => (m, cols),
+            Rows::Blocked { blocks, lanes } => (blocks, cols.next_multiple_of(lanes.max(1))),
+        };
+        let at = |r: usize| (r.min(end) * in_dim).min(m.len());
+        &m[at(o + step)..at(o + step + c)]
     }
 
     /// Pointers to element 0 of rows `at..at + C` and the distance between a row's elements, every row's `in_dim`
@@ -482,6 +496,37 @@ impl Rows<'_> {
                 // row r's last element, (in_dim - 1) · lanes past its first, ends inside its block
                 (std::array::from_fn(|j| blocks[(at + j) / lanes * block + (at + j) % lanes..].as_ptr()), lanes)
             }
+        }
+    }
+}
+
+/// The lines of `ask` (weight rows a later pass reads) asked into L2 by a `Tiled` kernel's `lane_sums` a share per
+/// part as it goes, all of them by its `parts`-th part, none twice. The walk asked for a copy's next step in one burst
+/// as each step started; spread over the first pass of x rows, each part asking a line or two, the weights of a
+/// 37-row expert (512 x 512 from memory, one thread) took 213 µs against 267, and row-major weights got the asks
+/// they had none of (32 rows 220-231 µs against 272) (docs/engines.md, *A `Tiled` pass asks for the next step's
+/// weights as it goes*).
+#[cfg(target_arch = "x86_64")]
+pub(super) struct AskSpread<'a> {
+    ask: &'a [f32],
+    lines: usize,
+    per_part: usize,
+    asked: usize,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl<'a> AskSpread<'a> {
+    pub(super) fn new(ask: &'a [f32], parts: usize) -> Self {
+        let lines = ask.len().div_ceil(LANES);
+        AskSpread { ask, lines, per_part: lines.div_ceil(parts.max(1)), asked: 0 }
+    }
+
+    /// Asks for part `nth`'s share (parts counted from 0 in the order they run).
+    #[inline(always)]
+    pub(super) fn part(&mut self, nth: usize) {
+        let upto = ((nth + 1) * self.per_part).min(self.lines);
+        while self.asked < upto {
+            super::dot_tiles::ask(self.ask, &mut self.asked, upto);
         }
     }
 }
@@ -569,10 +614,11 @@ impl<'a> TiledWeights<'a> {
         self.copy.unwrap_or(Rows::RowMajor(self.row_major))
     }
 
-    /// The copy's blocks, where a walk with these passes (and a tail, or not) reads them: what it asks for ahead.
-    pub(super) fn asked(&self, passes: Rows<'a>, tail: bool) -> Option<&'a [f32]> {
+    /// The copy's blocks where the tail reads them and no pass does: what a walk asks for a step ahead as each step
+    /// starts. The passes ask for what they read themselves (`Rows::ahead`), spread over their parts.
+    pub(super) fn asked(&self, passes: Rows<'a>, tail: bool, passes_run: bool) -> Option<&'a [f32]> {
         match (self.copy, passes) {
-            (Some(Rows::Blocked { blocks, .. }), Rows::Blocked { .. }) => Some(blocks),
+            (Some(Rows::Blocked { .. }), Rows::Blocked { .. }) if passes_run => None,
             (Some(Rows::Blocked { blocks, .. }), _) if tail => Some(blocks),
             _ => None,
         }
@@ -1133,5 +1179,46 @@ mod tests {
         let parts: Vec<u32> = [1, 2, 3, 5, 8, 16].iter().map(|&p| dot_tiled(&a, &b, p).to_bits()).collect();
         let distinct: std::collections::BTreeSet<_> = parts.iter().collect();
         assert!(distinct.len() > 1, "different tilings must round differently on some shapes");
+    }
+
+    /// The passes over one walk step's rows ask, between them, for exactly the next step's f32s in either layout,
+    /// and for nothing past the weights (a copy: past its last block).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_steps_passes_ask_for_the_next_step_and_nothing_past_the_weights() {
+        let (cols, in_dim, step, c): (usize, usize, usize, usize) = (40, 3, 16, 8);
+        let row_major: Vec<f32> = (0..cols * in_dim).map(|i| i as f32).collect();
+        let blocks: Vec<f32> = (0..cols.next_multiple_of(16) * in_dim).map(|i| i as f32).collect();
+        for (rows, len) in [
+            (Rows::RowMajor(&row_major), row_major.len()),
+            (Rows::Blocked { blocks: &blocks, lanes: 16 }, blocks.len()),
+        ] {
+            for o in (0..cols).step_by(step) {
+                let asked: Vec<f32> = (o..(o + step).min(cols))
+                    .step_by(c)
+                    .flat_map(|s| rows.ahead(s, c, step, cols, in_dim).iter().copied())
+                    .collect();
+                let next = ((o + step) * in_dim).min(len)..((o + 2 * step) * in_dim).min(len);
+                let expect: Vec<f32> = next.map(|i| i as f32).collect();
+                assert_eq!(asked, expect, "{rows:?}: the step from row {o}");
+            }
+        }
+    }
+
+    /// A spread asks for every line of its rows by its last part, a share per part, and none twice.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_spread_asks_every_line_once_by_its_last_part() {
+        for (len, parts) in [(0, 5), (1, 1), (16, 128), (100, 3), (8192, 128), (8200, 7), (40, 0)] {
+            let f32s = vec![0.0f32; len];
+            let mut spread = AskSpread::new(&f32s, parts);
+            let mut before = 0;
+            for nth in 0..parts.max(1) {
+                spread.part(nth);
+                assert!(spread.asked >= before && spread.asked - before <= spread.per_part, "{len} f32s, part {nth}");
+                before = spread.asked;
+            }
+            assert_eq!(spread.asked, len.div_ceil(LANES), "{len} f32s over {parts} parts");
+        }
     }
 }

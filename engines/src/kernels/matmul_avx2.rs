@@ -7,7 +7,7 @@
 
 use std::arch::x86_64::*;
 
-use super::matmul::{part_len, place_lanes, place_tail, tail_rows_left, tiled_steps, Rows, TiledWeights};
+use super::matmul::{part_len, place_lanes, place_tail, tail_rows_left, tiled_steps, AskSpread, Rows, TiledWeights};
 
 /// X rows a `tiled` pass holds side by side: one per lane.
 const TILED_LANES: usize = 8;
@@ -44,14 +44,16 @@ pub(super) unsafe fn tiled(
     let step = part_len(in_dim, parts);
     let tail = tail_rows_left(rows, TILED_LANES, TAIL_ROWS);
     let pass = |passes: Rows, o: usize, left: usize, xt: &[f32], r0: usize, lanes: usize, y: &mut [f32]| {
-        // weight rows `o..o + C` against the x lanes, row-major (elements 1 apart) or a copy's (eight)
+        // weight rows `o..o + C` against the x lanes, row-major (elements 1 apart) or a copy's (eight); the first
+        // pass over a step asks for the same rows of the next step
         macro_rules! pass {
-            ($c:expr) => {
+            ($c:expr) => {{
+                let ask = if r0 == 0 { passes.ahead(o, $c, STEP, cols, in_dim) } else { &[] };
                 match passes {
-                    Rows::RowMajor(_) => lane_sums::<$c, 1>(passes, o, xt, in_dim, step),
-                    Rows::Blocked { .. } => lane_sums::<$c, TILED_LANES>(passes, o, xt, in_dim, step),
+                    Rows::RowMajor(_) => lane_sums::<$c, 1>(passes, o, xt, in_dim, step, ask),
+                    Rows::Blocked { .. } => lane_sums::<$c, TILED_LANES>(passes, o, xt, in_dim, step, ask),
                 }
-            };
+            }};
         }
         // SAFETY (each arm): the CPU has AVX2; weight rows o..o + C exist, `xt` holds `in_dim` rows of lanes
         unsafe {
@@ -92,12 +94,12 @@ unsafe fn tail_rows(
     // SAFETY (each arm): the CPU has AVX2; `x` holds `C` rows of `in_dim`, `lanes` `in_dim` rows of eight
     unsafe {
         match rows {
-            1 => place(&lane_sums::<1, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step)),
-            2 => place(&lane_sums::<2, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step)),
-            3 => place(&lane_sums::<3, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step)),
-            4 => place(&lane_sums::<4, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step)),
-            5 => place(&lane_sums::<5, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step)),
-            6 => place(&lane_sums::<6, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step)),
+            1 => place(&lane_sums::<1, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step, &[])),
+            2 => place(&lane_sums::<2, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step, &[])),
+            3 => place(&lane_sums::<3, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step, &[])),
+            4 => place(&lane_sums::<4, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step, &[])),
+            5 => place(&lane_sums::<5, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step, &[])),
+            6 => place(&lane_sums::<6, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step, &[])),
             _ => unreachable!("tail_rows takes 1..=TAIL_ROWS x rows"),
         }
     }
@@ -107,7 +109,8 @@ unsafe fn tail_rows(
 /// of `lanes` (`in_dim` rows of eight lanes: eight x rows or eight weight rows, transposed): `[row][lane]`, each lane
 /// `dot_tiled(row, lane's row, parts)`'s steps in its order (the parts last to first, within a part `k` ascending,
 /// a multiply then an add, every sum from -0.0). Both ways of `tiled` run through it: weight rows against x lanes,
-/// x rows against weight lanes.
+/// x rows against weight lanes. The lines of `ask` (rows a later pass reads) are asked into L2 along the way, a
+/// share per part (`AskSpread`).
 ///
 /// # Safety
 /// The CPU has AVX2; `m` holds rows `at..at + C`; `lanes` holds `in_dim` rows of 8 lanes.
@@ -119,6 +122,7 @@ unsafe fn lane_sums<const C: usize, const APART: usize>(
     lanes: &[f32],
     in_dim: usize,
     step: usize,
+    ask: &[f32],
 ) -> [[f32; TILED_LANES]; C] {
     // every row's extent checked once here, then read unchecked: with a bound check per read the loop was
     // slower (a 16 x 256 x 256 AVX-512 pass took 45-47 µs against 27-33)
@@ -134,8 +138,10 @@ unsafe fn lane_sums<const C: usize, const APART: usize>(
     // saves the adds to -0.0. At 4-element parts (a 128-row chunk's split of 512) that is 4 adds per 4 multiplies
     // where it was 5; adds and multiplies run on their own pipes at the same rate, so the adds were the bound.
     let mut total = [_mm256_set1_ps(-0.0); C];
+    let mut asks = AskSpread::new(ask, in_dim.div_ceil(step));
     for (nth, start) in (0..in_dim).step_by(step).rev().enumerate() {
         let end = (start + step).min(in_dim);
+        asks.part(nth);
         let lane = |k: usize| {
             // SAFETY: `k < in_dim` and `lanes` holds `in_dim` rows of 8 lanes (asserted); unaligned load
             unsafe { _mm256_loadu_ps(lanes.as_ptr().add(k * TILED_LANES)) }

@@ -4,7 +4,9 @@
 
 use std::arch::x86_64::*;
 
-use super::matmul::{part_len, place_lanes, place_tail, tail_rows_left, tiled_steps, Lanes, Rows, TiledWeights, LANES};
+use super::matmul::{
+    part_len, place_lanes, place_tail, tail_rows_left, tiled_steps, AskSpread, Lanes, Rows, TiledWeights, LANES,
+};
 
 /// `acc[r][c][l] = Σ_k x[r][k][l] · w[c][k][l]`, each step fused, `k` ascending. Compiled on its own with the
 /// shapes as constants, every accumulator lives in a register (the 4 x 4 step is 8 loads and 16 `vfmadd`, no
@@ -84,14 +86,16 @@ pub(super) unsafe fn tiled(
     let pass = |passes: Rows, o: usize, left: usize, xt: &[f32], r0: usize, lanes: usize, y: &mut [f32]| {
         // weight rows `o..o + C` against the x lanes, row-major (elements 1 apart) or a copy's (sixteen); eight at
         // a time: eight part sums and eight totals stay in registers, where sixteen of each spilled to the stack
-        // (one thread, 128 x 512 x 512 at 128 parts: 40-49% of the core's peak with sixteen, 69-80% with eight)
+        // (one thread, 128 x 512 x 512 at 128 parts: 40-49% of the core's peak with sixteen, 69-80% with eight).
+        // The first pass over a step asks for the same rows of the next step (the walk's steps are sixteen rows)
         macro_rules! pass {
-            ($c:expr) => {
+            ($c:expr) => {{
+                let ask = if r0 == 0 { passes.ahead(o, $c, TILED_LANES, cols, in_dim) } else { &[] };
                 match passes {
-                    Rows::RowMajor(_) => lane_sums::<$c, 1>(passes, o, xt, in_dim, step),
-                    Rows::Blocked { .. } => lane_sums::<$c, TILED_LANES>(passes, o, xt, in_dim, step),
+                    Rows::RowMajor(_) => lane_sums::<$c, 1>(passes, o, xt, in_dim, step, ask),
+                    Rows::Blocked { .. } => lane_sums::<$c, TILED_LANES>(passes, o, xt, in_dim, step, ask),
                 }
-            };
+            }};
         }
         // SAFETY (each arm): the CPU has AVX-512F; weight rows o..o + C exist, `xt` holds `in_dim` rows of lanes
         unsafe {
@@ -134,7 +138,7 @@ unsafe fn tail_rows(
             match rows {
                 // SAFETY (each arm): the CPU has AVX-512F; `x` holds `C` rows of `in_dim`, `lanes` `in_dim` rows
                 // of sixteen
-                $($c => place(&unsafe { lane_sums::<$c, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step) }),)*
+                $($c => place(&unsafe { lane_sums::<$c, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step, &[]) }),)*
                 _ => unreachable!("tail_rows takes 1..=TAIL_ROWS_FROM_COPY x rows"),
             }
         };
@@ -146,7 +150,8 @@ unsafe fn tail_rows(
 /// of `lanes` (`in_dim` rows of sixteen lanes: sixteen x rows or sixteen weight rows, transposed): `[row][lane]`,
 /// each lane `dot_tiled(row, lane's row, parts)`'s steps in its order (the parts last to first, within a part `k`
 /// ascending, a multiply then an add, every sum from -0.0). Both ways of `tiled` run through it: weight rows
-/// against x lanes, x rows against weight lanes.
+/// against x lanes, x rows against weight lanes. The lines of `ask` (rows a later pass reads) are asked into L2
+/// along the way, a share per part (`AskSpread`).
 ///
 /// # Safety
 /// The CPU has AVX-512F; `m` holds rows `at..at + C`; `lanes` holds `in_dim` rows of 16 lanes.
@@ -158,6 +163,7 @@ unsafe fn lane_sums<const C: usize, const APART: usize>(
     lanes: &[f32],
     in_dim: usize,
     step: usize,
+    ask: &[f32],
 ) -> [[f32; TILED_LANES]; C] {
     // every row's extent checked once here, then read unchecked: with a bound check per read the loop was
     // slower (a 16 x 256 x 256 AVX-512 pass took 45-47 µs against 27-33)
@@ -173,8 +179,10 @@ unsafe fn lane_sums<const C: usize, const APART: usize>(
     // saves the adds to -0.0. At 4-element parts (a 128-row chunk's split of 512) that is 4 adds per 4 multiplies
     // where it was 5; adds and multiplies run on their own pipes at the same rate, so the adds were the bound.
     let mut total = [_mm512_set1_ps(-0.0); C];
+    let mut asks = AskSpread::new(ask, in_dim.div_ceil(step));
     for (nth, start) in (0..in_dim).step_by(step).rev().enumerate() {
         let end = (start + step).min(in_dim);
+        asks.part(nth);
         let lane = |k: usize| {
             // SAFETY: `k < in_dim` and `lanes` holds `in_dim` rows of 16 lanes (asserted); unaligned load
             unsafe { _mm512_loadu_ps(lanes.as_ptr().add(k * TILED_LANES)) }
