@@ -383,14 +383,13 @@ pub(super) fn tiled_steps<const L: usize>(
     step: usize,
     y: &mut [f32],
     mut pass: impl FnMut(Rows, usize, usize, &[f32], usize, usize, &mut [f32]) -> usize,
-    mut tail_block: impl FnMut(&[f32], &[f32], std::ops::Range<usize>, &mut [f32]),
+    mut tail_block: impl FnMut(&[f32], &[f32], &[f32], std::ops::Range<usize>, &mut [f32]),
 ) {
     assert!(step > 0 && step.is_multiple_of(L) && tail <= rows && x.len() >= rows * in_dim, "tiled: walk shapes");
     let lane_rows = rows - tail;
     let (x_lanes, x_tail) = x.split_at(lane_rows * in_dim);
     let (y_lanes, y_tail) = y.split_at_mut(lane_rows * cols);
     let passes = weights.passes(tail > 0, lane_rows <= L);
-    let ask = weights.asked(passes, tail > 0, lane_rows > 0);
     let tail_weights = weights.tail();
     let mut wt = match tail_weights {
         Rows::RowMajor(_) if tail > 0 => vec![0.0f32; in_dim * L],
@@ -402,12 +401,6 @@ pub(super) fn tiled_steps<const L: usize>(
         transpose_rows::<L>(&x_lanes[g * L * in_dim..(g * L + n) * in_dim], n, in_dim, lanes);
     }
     for o in (0..cols).step_by(step) {
-        if let Some(blocks) = ask {
-            // a copy's rows r.. are its f32s r · in_dim.. (blocks of L rows, in_dim · L f32s each); nothing past
-            // this matrix's (or task's) last block
-            let at = |r: usize| (r.min(cols.next_multiple_of(L)) * in_dim).min(blocks.len());
-            ask_lines(&blocks[at(o + step)..at(o + 2 * step)]);
-        }
         let end = (o + step).min(cols);
         for (g, lanes) in xt.chunks_exact(in_dim * L).enumerate() {
             let mut at = o;
@@ -418,7 +411,9 @@ pub(super) fn tiled_steps<const L: usize>(
         if tail > 0 {
             for b in (o..end).step_by(L) {
                 let n = (end - b).min(L);
-                tail_block(x_tail, weight_lanes::<L>(tail_weights, b, n, in_dim, &mut wt), b..b + n, y_tail);
+                // where no pass reads the step, its tail asks for the next one
+                let ask = if lane_rows == 0 { tail_weights.ahead(b, L, step, cols, in_dim) } else { &[] };
+                tail_block(x_tail, weight_lanes::<L>(tail_weights, b, n, in_dim, &mut wt), ask, b..b + n, y_tail);
             }
         }
     }
@@ -531,21 +526,6 @@ impl<'a> AskSpread<'a> {
     }
 }
 
-/// Asks for the lines of `f32s` (a step of a `TailBlocks` copy) before they are read: the kernels read a block's
-/// lanes part by part, the last part first, which the hardware prefetcher does not follow from memory. Asked one
-/// block ahead, one 256 x 256 matrix's tail from DRAM (one thread) went from 40-44 to 21-23 µs at one row and from
-/// 72 to 41-43 µs at ten; two or three blocks ahead were no faster.
-#[cfg(target_arch = "x86_64")]
-pub(super) fn ask_lines(f32s: &[f32]) {
-    for line in f32s.chunks(16) {
-        // SAFETY: a prefetch of an address inside `f32s`; it reads nothing into the program
-        #[allow(unsafe_code)]
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.as_ptr().cast())
-        };
-    }
-}
-
 /// Writes the first `lanes` lanes of each of the `C` weight rows' sums (`sums[j][i]`: x row `r0 + i`, weight row
 /// `o + j`) into `y` (rows of `cols`); returns `C`, the weight rows placed.
 #[cfg(target_arch = "x86_64")]
@@ -612,16 +592,6 @@ impl<'a> TiledWeights<'a> {
     /// What the tail reads its blocks from.
     pub(super) fn tail(&self) -> Rows<'a> {
         self.copy.unwrap_or(Rows::RowMajor(self.row_major))
-    }
-
-    /// The copy's blocks where the tail reads them and no pass does: what a walk asks for a step ahead as each step
-    /// starts. The passes ask for what they read themselves (`Rows::ahead`), spread over their parts.
-    pub(super) fn asked(&self, passes: Rows<'a>, tail: bool, passes_run: bool) -> Option<&'a [f32]> {
-        match (self.copy, passes) {
-            (Some(Rows::Blocked { .. }), Rows::Blocked { .. }) if passes_run => None,
-            (Some(Rows::Blocked { blocks, .. }), _) if tail => Some(blocks),
-            _ => None,
-        }
     }
 }
 
@@ -1181,26 +1151,30 @@ mod tests {
         assert!(distinct.len() > 1, "different tilings must round differently on some shapes");
     }
 
-    /// The passes over one walk step's rows ask, between them, for exactly the next step's f32s in either layout,
-    /// and for nothing past the weights (a copy: past its last block).
+    /// The passes over one walk step's rows (or, where no pass runs, the tail's blocks) ask, between them, for
+    /// exactly the next step's f32s in either layout, and for nothing past the weights (a copy: past its last block):
+    /// AVX-512's steps of sixteen rows (passes of eight, tail blocks of sixteen), AVX2's of 24 (six, eight).
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn a_steps_passes_ask_for_the_next_step_and_nothing_past_the_weights() {
-        let (cols, in_dim, step, c): (usize, usize, usize, usize) = (40, 3, 16, 8);
+    fn a_steps_readers_ask_for_the_next_step_and_nothing_past_the_weights() {
+        let (cols, in_dim) = (44usize, 3usize);
         let row_major: Vec<f32> = (0..cols * in_dim).map(|i| i as f32).collect();
-        let blocks: Vec<f32> = (0..cols.next_multiple_of(16) * in_dim).map(|i| i as f32).collect();
-        for (rows, len) in [
-            (Rows::RowMajor(&row_major), row_major.len()),
-            (Rows::Blocked { blocks: &blocks, lanes: 16 }, blocks.len()),
-        ] {
-            for o in (0..cols).step_by(step) {
-                let asked: Vec<f32> = (o..(o + step).min(cols))
-                    .step_by(c)
-                    .flat_map(|s| rows.ahead(s, c, step, cols, in_dim).iter().copied())
-                    .collect();
-                let next = ((o + step) * in_dim).min(len)..((o + 2 * step) * in_dim).min(len);
-                let expect: Vec<f32> = next.map(|i| i as f32).collect();
-                assert_eq!(asked, expect, "{rows:?}: the step from row {o}");
+        for (step, c, lanes) in [(16, 8, 16), (16, 16, 16), (24, 6, 8), (24, 8, 8)] {
+            let blocks: Vec<f32> = (0..cols.next_multiple_of(lanes) * in_dim).map(|i| i as f32).collect();
+            let layouts = [
+                (Rows::RowMajor(&row_major), row_major.len()),
+                (Rows::Blocked { blocks: &blocks, lanes }, blocks.len()),
+            ];
+            for (rows, len) in layouts {
+                for o in (0..cols).step_by(step) {
+                    let asked: Vec<f32> = (o..(o + step).min(cols))
+                        .step_by(c)
+                        .flat_map(|s| rows.ahead(s, c, step, cols, in_dim).iter().copied())
+                        .collect();
+                    let next = ((o + step) * in_dim).min(len)..((o + 2 * step) * in_dim).min(len);
+                    let expect: Vec<f32> = next.map(|i| i as f32).collect();
+                    assert_eq!(asked, expect, "{rows:?}: the step from row {o}, {c} rows a reader");
+                }
             }
         }
     }

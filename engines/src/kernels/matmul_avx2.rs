@@ -63,9 +63,9 @@ pub(super) unsafe fn tiled(
             }
         }
     };
-    let tail_block = |x: &[f32], lanes: &[f32], w: std::ops::Range<usize>, y: &mut [f32]| {
+    let tail_block = |x: &[f32], lanes: &[f32], ask: &[f32], w: std::ops::Range<usize>, y: &mut [f32]| {
         // SAFETY: the CPU has AVX2; `x` is `tail` rows and `y` `tail` rows of `cols`, `lanes` one block
-        unsafe { tail_rows(x, tail, lanes, in_dim, step, y, cols, w) };
+        unsafe { tail_rows(x, tail, lanes, ask, in_dim, step, y, cols, w) };
     };
     tiled_steps::<TILED_LANES>(x, rows, tail, weights, in_dim, cols, STEP, y, pass, tail_block);
 }
@@ -73,7 +73,7 @@ pub(super) unsafe fn tiled(
 /// `tiled`'s last `rows` (1..=6) x rows against weight rows `w` (at most eight, from a multiple of eight): every x
 /// row's element `k` broadcast against row `k` of `lanes` (the block transposed, `in_dim` rows of eight lanes,
 /// lanes past the last weight row zero and never stored; a copy's block as it is), in `dot_tiled`'s order per
-/// lane.
+/// lane, asking for the lines of `ask` as it goes.
 ///
 /// # Safety
 /// The CPU has AVX2; `x` is `rows x in_dim` with `1 <= rows <= TAIL_ROWS`, `lanes` holds `in_dim` rows of eight,
@@ -84,6 +84,7 @@ unsafe fn tail_rows(
     x: &[f32],
     rows: usize,
     lanes: &[f32],
+    ask: &[f32],
     in_dim: usize,
     step: usize,
     y: &mut [f32],
@@ -94,12 +95,12 @@ unsafe fn tail_rows(
     // SAFETY (each arm): the CPU has AVX2; `x` holds `C` rows of `in_dim`, `lanes` `in_dim` rows of eight
     unsafe {
         match rows {
-            1 => place(&lane_sums::<1, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step, &[])),
-            2 => place(&lane_sums::<2, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step, &[])),
-            3 => place(&lane_sums::<3, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step, &[])),
-            4 => place(&lane_sums::<4, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step, &[])),
-            5 => place(&lane_sums::<5, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step, &[])),
-            6 => place(&lane_sums::<6, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step, &[])),
+            1 => place(&lane_sums::<1, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step, ask)),
+            2 => place(&lane_sums::<2, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step, ask)),
+            3 => place(&lane_sums::<3, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step, ask)),
+            4 => place(&lane_sums::<4, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step, ask)),
+            5 => place(&lane_sums::<5, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step, ask)),
+            6 => place(&lane_sums::<6, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step, ask)),
             _ => unreachable!("tail_rows takes 1..=TAIL_ROWS x rows"),
         }
     }

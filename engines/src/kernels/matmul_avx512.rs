@@ -105,9 +105,9 @@ pub(super) unsafe fn tiled(
             }
         }
     };
-    let tail_block = |x: &[f32], lanes: &[f32], w: std::ops::Range<usize>, y: &mut [f32]| {
+    let tail_block = |x: &[f32], lanes: &[f32], ask: &[f32], w: std::ops::Range<usize>, y: &mut [f32]| {
         // SAFETY: the CPU has AVX-512F; `x` is `tail` rows and `y` `tail` rows of `cols`, `lanes` one block
-        unsafe { tail_rows(x, tail, lanes, in_dim, step, y, cols, w) };
+        unsafe { tail_rows(x, tail, lanes, ask, in_dim, step, y, cols, w) };
     };
     tiled_steps::<TILED_LANES>(x, rows, tail, weights, in_dim, cols, TILED_LANES, y, pass, tail_block);
 }
@@ -115,7 +115,7 @@ pub(super) unsafe fn tiled(
 /// `tiled`'s last `rows` (1..=10, or 1..=15 from a copy) x rows against weight rows `w` (at most sixteen, from a
 /// multiple of sixteen): every x row's element `k` broadcast against row `k` of `lanes` (the block transposed,
 /// `in_dim` rows of sixteen lanes, lanes past the last weight row zero and never stored; a copy's block as it is),
-/// in `dot_tiled`'s order per lane.
+/// in `dot_tiled`'s order per lane, asking for the lines of `ask` as it goes.
 ///
 /// # Safety
 /// The CPU has AVX-512F; `x` is `rows x in_dim` with `1 <= rows <= TAIL_ROWS_FROM_COPY`, `lanes` holds `in_dim`
@@ -126,6 +126,7 @@ unsafe fn tail_rows(
     x: &[f32],
     rows: usize,
     lanes: &[f32],
+    ask: &[f32],
     in_dim: usize,
     step: usize,
     y: &mut [f32],
@@ -138,7 +139,7 @@ unsafe fn tail_rows(
             match rows {
                 // SAFETY (each arm): the CPU has AVX-512F; `x` holds `C` rows of `in_dim`, `lanes` `in_dim` rows
                 // of sixteen
-                $($c => place(&unsafe { lane_sums::<$c, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step, &[]) }),)*
+                $($c => place(&unsafe { lane_sums::<$c, 1>(Rows::RowMajor(x), 0, lanes, in_dim, step, ask) }),)*
                 _ => unreachable!("tail_rows takes 1..=TAIL_ROWS_FROM_COPY x rows"),
             }
         };
