@@ -367,10 +367,9 @@ pub(super) fn transpose_rows<const L: usize>(block: &[f32], n: usize, in_dim: us
 /// are zeros and never stored). `pass(rows, o, left, xt, r0, lanes, y)` computes the sums of weight rows from `o` on
 /// (`left` of them in the step; read from `rows`: the copy or the row-major weights, `TiledWeights::passes`) against
 /// the pass of x rows `r0..r0 + lanes`, places them in `y` (the passes' rows of `y`) and returns how many weight
-/// rows it took. `tail(x, lanes, weight rows, y)` does the same for the tail's x rows against a block of `L` weight
-/// rows (`weight_lanes`) and the tail's rows of `y`. The first pass of x rows over a step asks for the next
-/// step's weights as it goes (`Rows::ahead`); where only the tail reads a copy, a step asks for the copy's next
-/// blocks as it starts.
+/// rows it took. `tail(x, lanes, ask, weight rows, y)` does the same for the tail's x rows against a block of `L`
+/// weight rows (`weight_lanes`) and the tail's rows of `y`. Whoever reads a step first asks for the next step's
+/// weights as it goes (`Rows::ahead`, `AskSpread`): the first pass of x rows, or where no pass runs, the tail.
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn tiled_steps<const L: usize>(
@@ -463,10 +462,10 @@ impl<'a> Rows<'a> {
         }
     }
 
-    /// What a pass over rows `o..o + c` asks for as it goes: rows `o + step..o + step + c`, the same rows one walk
-    /// step on (`tiled_steps`), none past row `cols` (a copy: past its last block). Row `r`'s f32s start at
-    /// `r · in_dim` in both layouts (a copy's block of `L` rows is `L · in_dim` f32s), so the range is the same;
-    /// the passes over one step's rows ask for the whole next step between them.
+    /// What a pass (or a tail block) over rows `o..o + c` asks for as it goes: rows `o + step..o + step + c`, the
+    /// same rows one walk step on (`tiled_steps`), none past row `cols` (a copy: past its last block). Row `r`'s f32s
+    /// start at `r · in_dim` in both layouts (a copy's block of `L` rows is `L · in_dim` f32s), so the range is the
+    /// same; the readers of one step ask for the whole next step between them.
     pub(super) fn ahead(self, o: usize, c: usize, step: usize, cols: usize, in_dim: usize) -> &'a [f32] {
         let (m, end) = match self {
             Rows::RowMajor(m) => (m, cols),
@@ -497,10 +496,10 @@ impl<'a> Rows<'a> {
 
 /// The lines of `ask` (weight rows a later pass reads) asked into L2 by a `Tiled` kernel's `lane_sums` a share per
 /// part as it goes, all of them by its `parts`-th part, none twice. The walk asked for a copy's next step in one burst
-/// as each step started; spread over the first pass of x rows, each part asking a line or two, the weights of a
-/// 37-row expert (512 x 512 from memory, one thread) took 213 µs against 267, and row-major weights got the asks
-/// they had none of (32 rows 220-231 µs against 272) (docs/engines.md, *A `Tiled` pass asks for the next step's
-/// weights as it goes*).
+/// as each step started; spread over the first pass of x rows, each part asking a line or two, a 37-row expert (512
+/// x 512 from memory, one thread) took 208 µs against 275, and row-major weights got the asks they had none of; over
+/// the tail blocks where no pass runs, 11 rows took 62-68 µs against 123-126 (docs/engines.md, *A `Tiled` pass asks
+/// for the next step's weights as it goes*).
 #[cfg(target_arch = "x86_64")]
 pub(super) struct AskSpread<'a> {
     ask: &'a [f32],
