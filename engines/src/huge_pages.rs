@@ -29,6 +29,15 @@ const OPT_OUT: &str = "KVPROOF_NO_HUGE_PAGES";
 /// Set across the `exec`: `GLIBC_TUNABLES` as the user gave it (empty: unset), to put back afterwards.
 const BEFORE: &str = "KVPROOF_GLIBC_TUNABLES_BEFORE";
 
+/// Set in the process run again with `TUNABLE`: its heap asks for huge pages, and so do the mappings it makes
+/// itself (`cache::Floats`).
+static IN_USE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this process runs with `TUNABLE` (set by `rerun_with_huge_pages`).
+pub fn in_use() -> bool {
+    IN_USE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Whether a process with these settings should run itself again with `TUNABLE`: Linux's transparent huge pages
 /// only where memory asks (`thp_mode` is the content of `/sys/kernel/mm/transparent_hugepage/enabled`, the mode in
 /// brackets), glibc's tunables not already asking (`tunables`: `GLIBC_TUNABLES`), and no opt-out.
@@ -61,6 +70,7 @@ pub fn rerun_with_huge_pages() {
                 false => std::env::set_var("GLIBC_TUNABLES", before),
             }
             std::env::remove_var(BEFORE);
+            IN_USE.store(true, std::sync::atomic::Ordering::Relaxed);
             return;
         }
         let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").ok();

@@ -25,14 +25,9 @@ impl FullCache {
         self.rows.write(pos, values, meta);
     }
 
-    /// Re-allocate to `capacity` rows, copying the first `keep` rows linearly (position t stays at row t).
+    /// Change to `capacity` rows, keeping the first `keep` (position t stays at row t).
     pub fn grow(&mut self, capacity: usize, keep: usize) {
-        let mut next = Rows::new(capacity, self.rows.width);
-        let keep = keep.min(capacity).min(self.rows.len());
-        let w = self.rows.width;
-        next.data[..keep * w].copy_from_slice(&self.rows.data[..keep * w]);
-        next.meta[..keep].copy_from_slice(&self.rows.meta[..keep]);
-        self.rows = next;
+        self.rows.grow(capacity, keep);
     }
 
     pub fn dump(&self, layer: usize, name: &str) -> DumpTensor {

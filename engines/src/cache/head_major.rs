@@ -48,15 +48,9 @@ impl HeadMajorCache {
         self.heads.iter_mut().for_each(Rows::forget);
     }
 
-    /// Re-allocate to `capacity` rows a head, copying the first `keep` positions (position t stays at row t).
+    /// Change to `capacity` rows a head, keeping the first `keep` positions (position t stays at row t).
     pub fn grow(&mut self, capacity: usize, keep: usize) {
-        for head in &mut self.heads {
-            let mut next = Rows::new(capacity, head.width);
-            let keep = keep.min(capacity).min(head.len());
-            next.data[..keep * head.width].copy_from_slice(&head.data[..keep * head.width]);
-            next.meta[..keep].copy_from_slice(&head.meta[..keep]);
-            *head = next;
-        }
+        self.heads.iter_mut().for_each(|head| head.grow(capacity, keep));
     }
 
     pub fn bytes(&self) -> usize {
@@ -72,7 +66,7 @@ impl HeadMajorCache {
                 data.extend_from_slice(head.row(t));
             }
         }
-        let rows = Rows { width: self.heads.len() * width, data, meta: self.heads[0].meta.clone() };
+        let rows = Rows { width: self.heads.len() * width, data: data.into(), meta: self.heads[0].meta.clone() };
         rows.into_dump(layer, name, CacheKind::Full)
     }
 }

@@ -113,14 +113,9 @@ impl CompressorState {
         self.rows.write(t / r, &pooled, RowMeta { pos: t as i64, ..meta });
     }
 
-    /// Re-allocate the compressed rows for `capacity` positions, keeping the blocks of positions `0..len`.
+    /// Change the compressed rows to `capacity` positions, keeping the blocks of positions `0..len`.
     pub fn grow(&mut self, capacity: usize, len: usize) {
-        let mut next = Rows::new(capacity / self.ratio, self.width);
-        let keep = (len / self.ratio).min(next.len()).min(self.rows.len());
-        let w = self.width;
-        next.data[..keep * w].copy_from_slice(&self.rows.data[..keep * w]);
-        next.meta[..keep].copy_from_slice(&self.rows.meta[..keep]);
-        self.rows = next;
+        self.rows.grow(capacity / self.ratio, len / self.ratio);
     }
 
     pub fn bytes(&self) -> usize {
