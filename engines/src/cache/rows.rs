@@ -114,7 +114,7 @@ mod tests {
                 prop_assert_eq!(rows.len(), n);
                 prop_assert!(rows.data[..] == expected.data[..], "data differs after step {step}");
                 prop_assert_eq!(&rows.meta, &expected.meta);
-                // fill every row, so the next step's dropped rows hold something to clear
+                // write rows all through the block, the last one included, so the next step has rows to drop
                 for i in (0..n).step_by(997).chain(n.checked_sub(1)) {
                     let v = vec![(step * 1000 + i) as f32; width];
                     rows.write(i, &v, RowMeta { pos: i as i64, writer: None });
