@@ -65,12 +65,18 @@ impl Rows {
         self.data.len() * 4 + self.meta.len() * std::mem::size_of::<RowMeta>()
     }
 
+    /// The rows as a dump tensor, their values copied once.
     pub fn dump(&self, layer: usize, name: &str, kind: CacheKind) -> DumpTensor {
-        self.clone().into_dump(layer, name, kind)
+        self.tensor(layer, name, kind, self.data.to_vec())
     }
 
-    /// `dump`, moving the rows in instead of copying them (rows built only to be dumped).
-    pub fn into_dump(self, layer: usize, name: &str, kind: CacheKind) -> DumpTensor {
+    /// `dump`, moving the rows in instead of copying them (rows built only to be dumped, on the heap).
+    pub fn into_dump(mut self, layer: usize, name: &str, kind: CacheKind) -> DumpTensor {
+        let data = std::mem::replace(&mut self.data, Floats::zeroed(0)).into_vec();
+        self.tensor(layer, name, kind, data)
+    }
+
+    fn tensor(&self, layer: usize, name: &str, kind: CacheKind, data: Vec<f32>) -> DumpTensor {
         DumpTensor {
             layer,
             name: name.to_string(),
@@ -78,7 +84,7 @@ impl Rows {
             width: self.width,
             positions: self.meta.iter().map(|m| m.pos).collect(),
             writers: self.meta.iter().map(|m| m.writer).collect(),
-            data: self.data.into_vec(),
+            data,
         }
     }
 }
