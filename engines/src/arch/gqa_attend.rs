@@ -126,12 +126,19 @@ pub fn attend_rows_in_parts<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: 
     let per = rows_per_task(group);
     let blocks = rows.div_ceil(per);
     let listed: Vec<Listed<'a>> = parts.iter().map(|part| Listed::of(part, rows, kv_heads)).collect();
+    // a segment of a few rows (a decode step's verification batch) gives each kv head one task, its rows' only
+    // reader: where the heads lie side by side in a cached row, that task reads a slice of each row at the row's
+    // stride, which the hardware prefetchers do not follow, so it asks for its key and value rows before each pass
+    let ask_first = rows > 1 && blocks == 1 && kv_heads > 1 && heads_side_by_side(parts, kv_heads, hd);
     let task = |task: usize| {
         let (block, g) = (task / kv_heads, task % kv_heads);
         let rows = block * per..((block + 1) * per).min(rows);
         // queries in (row, head of the group) order
         let queries: Vec<&[f32]> =
             rows.clone().flat_map(|i| (0..group).map(move |j| &q[i * qd + (g * group + j) * hd..][..hd])).collect();
+        if ask_first {
+            ask_rows(listed.iter().flat_map(|list| list.keys[g].iter().copied()));
+        }
         let mut scores: Vec<Scores> = parts
             .iter()
             .zip(&listed)
@@ -143,6 +150,9 @@ pub fn attend_rows_in_parts<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: 
             .collect();
         softmax_parts(&mut scores, scale);
         let mut out = vec![0.0; queries.len() * hd];
+        if ask_first {
+            ask_rows(listed.iter().flat_map(|list| list.values[g].iter().copied()));
+        }
         for (list, sc) in listed.iter().zip(&scores) {
             sc.add_weighted(|p| list.value(g, p), &mut out);
         }
