@@ -131,44 +131,83 @@ unsafe fn lane_sums<const C: usize, const APART: usize>(
     // the distance a constant of each instance: at a run-time one the address of every broadcast took a multiply,
     // and glm53's bench prefill fell from 51-53% to 41-47% of the peak
     assert_eq!(apart, APART, "tiled: rows {apart} apart in an instance for {APART}");
-    // SAFETY: `k < in_dim`, and `starts` checked that each row's `in_dim` elements, `APART` apart, exist
-    let at_k = |row: *const f32, k: usize| unsafe { *row.add(k * APART) };
     assert!(lanes.len() >= in_dim * TILED_LANES, "tiled: transposed rows too short");
-    // Every sum of `dot_tiled` starts from -0.0, and `-0.0 + v` is `v` bit for bit for every product and sum (none
-    // is a signalling NaN): so a part starts from its first product and the total from the first part, which
-    // saves the adds to -0.0. At 4-element parts (a 128-row chunk's split of 512) that is 4 adds per 4 multiplies
-    // where it was 5; adds and multiplies run on their own pipes at the same rate, so the adds were the bound.
-    let mut total = [_mm256_set1_ps(-0.0); C];
-    let mut asks = AskSpread::new(ask, in_dim.div_ceil(step));
-    for (nth, start) in (0..in_dim).step_by(step).rev().enumerate() {
-        let end = (start + step).min(in_dim);
-        asks.part(nth);
-        let lane = |k: usize| {
-            // SAFETY: `k < in_dim` and `lanes` holds `in_dim` rows of 8 lanes (asserted); unaligned load
-            unsafe { _mm256_loadu_ps(lanes.as_ptr().add(k * TILED_LANES)) }
-        };
-        let first = lane(start);
-        let mut part: [_; C] = std::array::from_fn(|j| _mm256_mul_ps(first, _mm256_set1_ps(at_k(rows[j], start))));
-        for k in start + 1..end {
-            let lv = lane(k);
-            for (p, row) in part.iter_mut().zip(&rows) {
-                *p = _mm256_add_ps(*p, _mm256_mul_ps(lv, _mm256_set1_ps(at_k(*row, k))));
-            }
-        }
-        if nth == 0 {
-            total = part;
-        } else {
-            for (t, p) in total.iter_mut().zip(&part) {
-                *t = _mm256_add_ps(*t, *p);
-            }
-        }
-    }
+    // parts of four are what every preset's full prefill chunk runs (a chunk's rows a quarter of the hidden width),
+    // parts of eight the bench preset's warm turn (72 rows of 512): with the length a constant the loop over a part
+    // unrolls (docs/engines.md, *A part's length a constant*)
+    let total = match (step, ask.is_empty()) {
+        (4, true) => part_sums::<C, APART, 4, false>(rows, lanes, in_dim, step, ask),
+        (4, false) => part_sums::<C, APART, 4, true>(rows, lanes, in_dim, step, ask),
+        (8, true) => part_sums::<C, APART, 8, false>(rows, lanes, in_dim, step, ask),
+        (8, false) => part_sums::<C, APART, 8, true>(rows, lanes, in_dim, step, ask),
+        (_, true) => part_sums::<C, APART, 0, false>(rows, lanes, in_dim, step, ask),
+        (_, false) => part_sums::<C, APART, 0, true>(rows, lanes, in_dim, step, ask),
+    };
     total.map(|t| {
         let mut out = [0.0f32; TILED_LANES];
         // SAFETY: `out` is 8 f32s; unaligned store
         unsafe { _mm256_storeu_ps(out.as_mut_ptr(), t) };
         out
     })
+}
+
+/// `lane_sums`' sums over the parts of `step` (the last part may be shorter), last to first: each whole part `P`
+/// long where `P` is not 0, so its loop has a constant trip count, else `step` long as it comes; `ASK` says
+/// whether `ask` holds lines to ask for, so a pass with none runs no ask arithmetic per part.
+///
+/// # Safety
+/// The CPU has AVX2; each of `rows` holds `in_dim` elements `APART` apart; `lanes` holds `in_dim` rows of 8 lanes;
+/// `P` is 0 or `step`.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn part_sums<const C: usize, const APART: usize, const P: usize, const ASK: bool>(
+    rows: [*const f32; C],
+    lanes: &[f32],
+    in_dim: usize,
+    step: usize,
+    ask: &[f32],
+) -> [__m256; C] {
+    debug_assert!(P == 0 || P == step);
+    let step = if P > 0 { P } else { step };
+    // SAFETY: `k < in_dim`, and the caller checked that each row's `in_dim` elements, `APART` apart, exist
+    let at_k = |row: *const f32, k: usize| unsafe { _mm256_set1_ps(*row.add(k * APART)) };
+    let lane = |k: usize| {
+        // SAFETY: `k < in_dim` and `lanes` holds `in_dim` rows of 8 lanes (the caller asserted); unaligned load
+        unsafe { _mm256_loadu_ps(lanes.as_ptr().add(k * TILED_LANES)) }
+    };
+    // Every sum of `dot_tiled` starts from -0.0, and `-0.0 + v` is `v` bit for bit for every product and sum (none
+    // is a signalling NaN): so a part starts from its first product and the total from the first part, which
+    // saves the adds to -0.0. At 4-element parts (a 128-row chunk's split of 512) that is 4 adds per 4 multiplies
+    // where it was 5; adds and multiplies run on their own pipes at the same rate, so the adds were the bound.
+    let part = |start: usize, end: usize| -> [__m256; C] {
+        let first = lane(start);
+        let mut part: [_; C] = std::array::from_fn(|j| _mm256_mul_ps(first, at_k(rows[j], start)));
+        for k in start + 1..end {
+            let lv = lane(k);
+            for (p, row) in part.iter_mut().zip(&rows) {
+                *p = _mm256_add_ps(*p, _mm256_mul_ps(lv, at_k(*row, k)));
+            }
+        }
+        part
+    };
+    let parts = in_dim.div_ceil(step);
+    let mut asks = AskSpread::new(ask, parts);
+    // the last part first (the one that may be short), then the whole ones below it
+    let last = (parts - 1) * step;
+    if ASK {
+        asks.part(0);
+    }
+    let mut total = part(last, in_dim);
+    for nth in 1..parts {
+        if ASK {
+            asks.part(nth);
+        }
+        let start = last - nth * step;
+        for (t, p) in total.iter_mut().zip(&part(start, start + step)) {
+            *t = _mm256_add_ps(*t, *p);
+        }
+    }
+    total
 }
 
 /// `wt[k · stride + lane0 + j] = rows[j · in_dim + k]` for eight rows and every `k` below `in_dim`'s last multiple
