@@ -206,29 +206,29 @@ impl<'a> Listed<'a> {
 
 /// Keys one task of a decode step scores.
 const KEY_SPLIT: usize = 256;
-/// Output chunks (of 16 columns) one task of a decode step sums: each sum is a chain of dependent multiply-adds
-/// over every value, so a task needs several (queries x chunks) to hide their latency, and a head's width in
-/// two or more tasks to give every core work.
-const SPAN_CHUNKS: usize = 2;
 
 /// A decode step's attention (one row) over a long context, in three parallel passes: scores over blocks of keys of
-/// every kv head, the softmax per kv head, then the weighted sums per `SPAN_CHUNKS` chunks of output columns of every
-/// kv head. One task per kv head would leave a core idle whenever there are fewer kv heads than cores, or not a
-/// multiple of them, each reading its head's whole key and value sequence alone. Where each kv head is scored on its
-/// own, a block's keys are asked for (`ask_rows`) before they are scored: at SmolLM2's shapes over 2048 positions (30
-/// layers' caches, from DRAM) a decode row took 8.3-8.8 ms without and 7.9-8.0 with, the GGUF engine's decode at 2048
-/// positions 66.9-85.2 tok/s without and 89.3-93.1 with (two alternations). Asking for a pass-3 task's value columns
-/// the same way was slower (9.6-10.0 ms). Where a kernel folds several kv heads at once (`Scores::heads_at_once`), pass
-/// 3 takes runs of kv heads instead of (head, columns) pairs: a run reads its heads' share of each value row at once,
-/// where a (head, columns) task read two lines of each 768-byte row at its stride, which one core read at 7-8 GB/s
-/// against 27 for whole rows. The same decode row: 7.6-8.0 ms by (head, columns), 7.2-7.3 by runs; over 512 positions
-/// 1.39-1.52 against 1.29-1.31 (three alternations). Pass 1 on those shapes scores every kv head a key row at a time
-/// too (`Scores::dots_of_heads`): over 2048 positions 7.2-7.3 → 6.1-6.2 ms, over 512 1.11-1.16 → 1.07-1.13 (three
-/// alternations). Where the kv heads are stored one after another (`HeadMajorCache`), pass 3 takes even runs of
-/// 16-column chunks instead, one a core, a run crossing heads (`Scores::add_weighted_units`): the same decode row over
-/// a head-by-head cache took 5.2 ms by runs of whole heads (two and one), 4.6-4.7 by even runs (two alternations).
-/// Every output is bitwise what that path gives: each score is `dot`, and each column is folded over the same values in
-/// the same order.
+/// every kv head, the softmax per kv head, then the weighted sums by runs of output columns, one run a core. One
+/// task per kv head would leave a core idle whenever there are fewer kv heads than cores, or not a multiple of
+/// them, each reading its head's whole key and value sequence alone. Where each kv head is scored on its own, a
+/// block's keys are asked for (`ask_rows`) before they are scored: at SmolLM2's shapes over 2048 positions (30
+/// layers' caches, from DRAM) a decode row took 8.3-8.8 ms without and 7.9-8.0 with, the GGUF engine's decode at
+/// 2048 positions 66.9-85.2 tok/s without and 89.3-93.1 with (two alternations). Asking for a pass-3 task's value
+/// columns the same way was slower (9.6-10.0 ms). Where a kernel folds several kv heads at once
+/// (`Scores::heads_at_once`), pass 3 takes runs of kv heads instead of (head, columns) pairs: a run reads its
+/// heads' share of each value row at once, where a (head, columns) task read two lines of each 768-byte row at its
+/// stride, which one core read at 7-8 GB/s against 27 for whole rows. The same decode row: 7.6-8.0 ms by (head,
+/// columns), 7.2-7.3 by runs; over 512 positions 1.39-1.52 against 1.29-1.31 (three alternations). Pass 1 on those
+/// shapes scores every kv head a key row at a time too (`Scores::dots_of_heads`): over 2048 positions 7.2-7.3 →
+/// 6.1-6.2 ms, over 512 1.11-1.16 → 1.07-1.13 (three alternations). Where the kv heads are stored one after another
+/// (`HeadMajorCache`), pass 3 takes even runs of 16-column chunks instead, one a core, a run crossing heads
+/// (`Scores::add_weighted_units`): the same decode row over a head-by-head cache took 5.2 ms by runs of whole heads
+/// (two and one), 4.6-4.7 by even runs (two alternations). Where neither kernel takes the shape (every shape on
+/// AVX2), pass 3 takes even runs of 16-column chunks too, a run crossing heads folded head by head (`column_runs`),
+/// so a core reads the heads it takes whole a whole row at a time: SmolLM2's shapes over 2048 positions of a
+/// head-by-head cache on an AVX2 EPYC (the bench's 30 layers) 6.35-7.75 ms against 6.81-8.13 by (head, 32 columns)
+/// tasks, five alternations. Every output is bitwise what that path gives: each score is `dot`, and each column is
+/// folded over the same values in the same order.
 fn attend_one_row<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: &[P], att: &mut [f32]) {
     let Heads { width: hd, heads, group, scale } = shape;
     let kv_heads = heads / group.max(1);
@@ -333,26 +333,51 @@ fn attend_one_row<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: &[P], att:
         }
         return;
     }
-    // pass 3: (kv head, columns), the columns past the last whole span with the last span
-    let step = SPAN_CHUNKS * LANES;
-    let whole = (hd / step).max(1);
-    let spans: Vec<Range<usize>> =
-        (0..whole).map(|c| c * step..if c + 1 == whole { hd } else { (c + 1) * step }).collect();
-    let tasks: Vec<(usize, Range<usize>)> =
-        (0..kv_heads).flat_map(|g| spans.iter().map(move |c| (g, c.clone()))).collect();
-    let outs: Vec<Vec<f32>> = crate::decode_team::map(&tasks, |(g, cols)| {
-        let mut out = vec![0.0; group * hd];
-        for (part, sc) in parts.iter().zip(&scores[*g]) {
-            sc.add_weighted_columns(|p| part.kv(*g, p).1, &mut out, cols.clone());
-        }
-        out
+    // pass 3 otherwise: each core an even run of the kv heads' 16-column chunks counted over the heads in order (the
+    // columns past a head's last whole chunk go with its last chunk), a run crossing heads folded head by head. A
+    // head a run takes whole is read a whole row at a time, block by block (`add_weighted_columns`), where a task of
+    // part of a head reads part of each row at the row's stride: one core reads whole rows of a head-by-head cache
+    // at 1.6 times the rate (docs/engines.md, *The weighted sums' runs on AVX2*)
+    let runs = column_runs(kv_heads, hd, threads);
+    let outs: Vec<Vec<Vec<f32>>> = crate::decode_team::map(&runs, |run| {
+        run.iter()
+            .map(|(g, cols)| {
+                let mut out = vec![0.0; group * hd];
+                for (part, sc) in parts.iter().zip(&scores[*g]) {
+                    sc.add_weighted_columns(|p| part.kv(*g, p).1, &mut out, cols.clone());
+                }
+                out
+            })
+            .collect()
     });
-    for ((g, cols), out) in tasks.iter().zip(&outs) {
+    for ((g, cols), out) in runs.iter().flatten().zip(outs.iter().flatten()) {
         for j in 0..group {
             att[(g * group + j) * hd + cols.start..][..cols.len()]
                 .copy_from_slice(&out[j * hd + cols.start..][..cols.len()]);
         }
     }
+}
+
+/// The output columns of `kv_heads` heads of `width` cut into `cores` even runs of 16-column chunks counted over the
+/// heads in order (a head's columns past its last whole chunk go with that chunk; a head narrower than a chunk is
+/// one): each run as its (kv head, columns) pieces, in order. Every column of every head is in exactly one piece.
+fn column_runs(kv_heads: usize, width: usize, cores: usize) -> Vec<Vec<(usize, Range<usize>)>> {
+    let per_head = (width / LANES).max(1);
+    let total = kv_heads * per_head;
+    let per = total.div_ceil(cores.max(1)).max(1);
+    let unit_cols = |c: usize| c * LANES..if c + 1 == per_head { width } else { (c + 1) * LANES };
+    (0..total)
+        .step_by(per)
+        .map(|u| {
+            let run = u..(u + per).min(total);
+            (run.start / per_head..=(run.end - 1) / per_head)
+                .map(|g| {
+                    let (first, last) = (run.start.max(g * per_head), run.end.min((g + 1) * per_head) - 1);
+                    (g, unit_cols(first - g * per_head).start..unit_cols(last - g * per_head).end)
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// Whether a position's kv heads lie side by side in one row (head `g + 1`'s values right after head `g`'s), judged
@@ -389,6 +414,9 @@ mod tests {
             (1, 10, 2, 32, usize::MAX, 1500),
             (1, 4, 2, 72, 700, 900),
             (1, 8, 8, 8, usize::MAX, 2100),
+            // a width no fold kernel takes on any CPU, so pass 3 goes by runs of columns crossing heads there too,
+            // with a tail past the last whole chunk
+            (1, 6, 2, 40, usize::MAX, 2000),
         ] {
             let shape = Heads { width: hd, heads, group, scale: 0.3 };
             let (qd, kvd) = (heads * hd, heads / group * hd);
@@ -414,6 +442,45 @@ mod tests {
                             "{rows} rows x {heads} heads (group {group}, head major {head_major}): row {i} head {h}"
                         );
                     }
+                }
+            }
+        }
+    }
+
+    /// Pass 3's runs cover every column of every kv head once, in order, each run a core's even share of the
+    /// 16-column chunks (within one chunk), crossing heads where the share ends inside a head: SmolLM2's shape on two
+    /// cores is a whole head and half of the next each.
+    #[test]
+    fn column_runs_cover_every_column_once_in_even_shares() {
+        assert_eq!(column_runs(3, 64, 2), vec![vec![(0, 0..64), (1, 0..32)], vec![(1, 32..64), (2, 0..64)]]);
+        assert_eq!(column_runs(3, 40, 2), vec![vec![(0, 0..40), (1, 0..16)], vec![(1, 16..40), (2, 0..40)]]);
+        assert_eq!(column_runs(1, 8, 2), vec![vec![(0, 0..8)]]);
+        for kv_heads in 1..7 {
+            for width in [1, 8, 16, 24, 40, 64, 72, 128] {
+                for cores in 1..9 {
+                    let runs = column_runs(kv_heads, width, cores);
+                    let pieces: Vec<(usize, Range<usize>)> = runs.iter().flatten().cloned().collect();
+                    let mut next = (0, 0);
+                    for (g, cols) in &pieces {
+                        assert_eq!((*g, cols.start), next, "{kv_heads} x {width} on {cores}: {runs:?}");
+                        assert!(cols.start < cols.end, "{kv_heads} x {width} on {cores}: an empty piece");
+                        next = if cols.end == width { (g + 1, 0) } else { (*g, cols.end) };
+                    }
+                    assert_eq!(next, (kv_heads, 0), "{kv_heads} x {width} on {cores}: {runs:?}");
+                    // a piece's chunks: the chunk starts it holds (a head's tail past its last whole chunk is no
+                    // chunk of its own)
+                    let per_head = (width / LANES).max(1);
+                    let chunks = |run: &Vec<(usize, Range<usize>)>| -> usize {
+                        run.iter().map(|(_, c)| c.end.div_ceil(LANES).min(per_head) - c.start / LANES).sum()
+                    };
+                    let sizes: Vec<usize> = runs.iter().map(chunks).collect();
+                    // every run the same share but the last, which holds what is left
+                    let most = sizes[0];
+                    assert!(runs.len() <= cores, "{kv_heads} x {width} on {cores}: {} runs", runs.len());
+                    assert!(
+                        sizes[..sizes.len() - 1].iter().all(|s| *s == most) && sizes[sizes.len() - 1] <= most,
+                        "{kv_heads} x {width} on {cores}: {sizes:?}"
+                    );
                 }
             }
         }
