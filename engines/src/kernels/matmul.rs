@@ -1141,34 +1141,44 @@ mod tests {
         assert_eq!(crate::decode_team::run(run), want, "inside a step");
     }
 
-    /// The AVX2 `Tiled` kernel's parts of four and eight (loops with a constant trip count) and its parts of other
-    /// lengths, each with the walk's asks for the next step (more than 24 weight rows) and without: `dot_tiled`'s
-    /// bits, a short last part included (30 = 7 x 4 + 2, 37 = 9 x 4 + 1, 61 = 7 x 8 + 5).
+    /// Both SIMD `Tiled` kernels' parts of four and eight (loops with a constant trip count) and their parts of
+    /// other lengths, each with the walk's asks for the next step (more weight rows than a step) and without, through
+    /// x-lane passes and tails: `dot_tiled`'s bits, a short last part included (30 = 7 x 4 + 2, 37 = 9 x 4 + 1, 61 =
+    /// 7 x 8 + 5). Each kernel runs where the CPU has its features (AVX-512 ones run the AVX2 kernel too).
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn avx2_tiled_parts_of_four_and_of_others_keep_dot_tileds_bits() {
-        if !std::arch::is_x86_feature_detected!("avx2") {
-            return;
+    fn simd_tiled_parts_of_four_and_of_others_keep_dot_tileds_bits() {
+        type Kernel = unsafe fn(&[f32], usize, TiledWeights, usize, usize, usize, &mut [f32]);
+        let mut kernels: Vec<(&str, Kernel)> = vec![];
+        if std::arch::is_x86_feature_detected!("avx2") {
+            kernels.push(("avx2", crate::kernels::matmul_avx2::tiled));
         }
-        for (in_dim, parts) in [(64, 16), (30, 8), (37, 10), (64, 8), (61, 8), (64, 11), (37, 3)] {
-            for (rows, out_dim) in [(19, 53), (8, 24), (3, 7)] {
-                let x = random(rows * in_dim, (in_dim * rows) as u64);
-                let w = random(out_dim * in_dim, out_dim as u64);
-                let mut y = vec![0.0; rows * out_dim];
-                // SAFETY: the CPU has AVX2 (checked above); the shapes match and in_dim > 0
-                #[allow(unsafe_code)]
-                unsafe {
-                    let weights = TiledWeights { row_major: &w, copy: None };
-                    crate::kernels::matmul_avx2::tiled(&x, rows, weights, out_dim, in_dim, parts, &mut y)
-                };
-                for (i, got) in y.iter().enumerate() {
-                    let (r, o) = (i / out_dim, i % out_dim);
-                    let e = dot_tiled(&x[r * in_dim..(r + 1) * in_dim], &w[o * in_dim..(o + 1) * in_dim], parts);
-                    assert_eq!(
-                        got.to_bits(),
-                        e.to_bits(),
-                        "{rows} x {out_dim} x {in_dim} in {parts} parts: [{r}, {o}]"
-                    );
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            kernels.push(("avx512", crate::kernels::matmul_avx512::tiled));
+        }
+        for (name, kernel) in kernels {
+            for (in_dim, parts) in [(64, 16), (30, 8), (37, 10), (64, 8), (61, 8), (64, 11), (37, 3)] {
+                // AVX-512: 35 rows are two passes and a tail of three, 27 rows two passes (eleven left is past its
+                // tail), 19 a pass and a tail; AVX2: passes of eight and tails of up to six
+                for (rows, out_dim) in [(35, 40), (27, 17), (19, 53), (8, 24), (3, 7)] {
+                    let x = random(rows * in_dim, (in_dim * rows) as u64);
+                    let w = random(out_dim * in_dim, out_dim as u64);
+                    let mut y = vec![0.0; rows * out_dim];
+                    // SAFETY: the CPU has the kernel's features (checked above); the shapes match and in_dim > 0
+                    #[allow(unsafe_code)]
+                    unsafe {
+                        let weights = TiledWeights { row_major: &w, copy: None };
+                        kernel(&x, rows, weights, out_dim, in_dim, parts, &mut y)
+                    };
+                    for (i, got) in y.iter().enumerate() {
+                        let (r, o) = (i / out_dim, i % out_dim);
+                        let e = dot_tiled(&x[r * in_dim..(r + 1) * in_dim], &w[o * in_dim..(o + 1) * in_dim], parts);
+                        assert_eq!(
+                            got.to_bits(),
+                            e.to_bits(),
+                            "{name}: {rows} x {out_dim} x {in_dim} in {parts} parts: [{r}, {o}]"
+                        );
+                    }
                 }
             }
         }
