@@ -38,6 +38,7 @@ mod quantize_avx512;
 mod rope;
 #[cfg(target_arch = "x86_64")]
 mod softmax_avx512;
+mod softplus;
 mod tail_blocks;
 mod work;
 
@@ -49,6 +50,7 @@ pub use matmul::{dot, matmul, matmul_with, matmul_with_tail, matmuls_invariant, 
 pub use norm::rms_norm;
 pub use quant::{dequantize_row, f16_to_f32, qmatmul, qmatmul_each, QBytes, QMatrix, QType, QK};
 pub use rope::{angles as rope_angles, Rope};
+pub use softplus::softplus;
 pub use tail_blocks::TailBlocks;
 pub use work::{work, Work};
 
