@@ -17,7 +17,7 @@ use crate::config::Preset;
 use crate::cpu_steal::{self, StealMeter};
 use crate::engine::{Engine, NoObserver, Reply, Request};
 use crate::error::Result;
-use crate::kernels::{attend_many, matmul, qmatmul, work, QMatrix, QType, Work};
+use crate::kernels::{attend_many, matmul, matmul_panels, qmatmul, work, Panels, QMatrix, QType, Work};
 
 pub use around::{Around, Gauge};
 pub use limits::Limits;
@@ -73,6 +73,13 @@ fn time_matmul(x: &[f32], rows: usize, w: &[f32], out: usize, inp: usize, reps: 
     let mut y = vec![0.0; rows * out];
     matmul(x, rows, w, out, inp, &mut y);
     best_of(reps, || matmul(x, rows, w, out, inp, &mut y))
+}
+
+/// Seconds per call of `matmul_panels` over `rows` rows of `x` against `w` packed, best of `reps` calls.
+fn time_matmul_panels(x: &[f32], rows: usize, w: &Panels, reps: usize) -> f64 {
+    let mut y = vec![0.0; rows * w.out_dim];
+    matmul_panels(x, rows, w, &mut y);
+    best_of(reps, || matmul_panels(x, rows, w, &mut y))
 }
 
 /// Seconds per call of `qmatmul` over `rows` rows of `x` against `w`, best of `reps` calls.
@@ -167,7 +174,10 @@ pub fn kernels(before: Limits, gauge: &Gauge) -> (String, Limits) {
     let rows = 256;
     let gflops = 2.0 * (rows * inp * outp) as f64 / time_matmul(&filled(rows * inp, 89), rows, &w, outp, inp, 8) / 1e9;
     let small_gbs = (4 * inp * outp) as f64 / time_matmul(&filled(inp, 89), 1, &w, outp, inp, 200) / 1e9;
-    drop(w);
+    let panels = Panels::pack(&w, outp, inp);
+    let panel_gflops =
+        2.0 * (rows * inp * outp) as f64 / time_matmul_panels(&filled(rows * inp, 89), rows, &panels, 8) / 1e9;
+    drop((w, panels));
     // weights as large as the bandwidth buffer: they stream from DRAM on every call
     let big_in = 4096;
     let big_out = limits::stream_bytes(before.llc_bytes, None) / (4 * big_in);
@@ -207,6 +217,11 @@ pub fn kernels(before: Limits, gauge: &Gauge) -> (String, Limits) {
         out,
         "matmul {rows:>4} x {inp} x {outp}: {gflops:7.1} GFLOP/s = {:5.1}% of peak",
         pct(gflops, l.peak_gflops)
+    );
+    let _ = writeln!(
+        out,
+        "panel matmul {rows:>3} x {inp} x {outp}: {panel_gflops:7.1} GFLOP/s = {:5.1}% of peak (the same bits, lanes across outputs)",
+        pct(panel_gflops, l.peak_gflops)
     );
     let _ = writeln!(
         out,

@@ -25,6 +25,9 @@ mod matmul_avx2;
 #[cfg(target_arch = "x86_64")]
 mod matmul_avx512;
 mod norm;
+mod panels;
+#[cfg(target_arch = "x86_64")]
+mod panels_avx512;
 mod qdot;
 #[cfg(target_arch = "x86_64")]
 mod qdot_avx512;
@@ -48,6 +51,7 @@ pub use attention::{attend, attend_many, push_dots, softmax_parts, weighted_sum,
 pub use exp::exp;
 pub use matmul::{dot, matmul, matmul_with, matmul_with_tail, matmuls_invariant, LANES};
 pub use norm::rms_norm;
+pub use panels::{matmul_panels, Panels};
 pub use quant::{dequantize_row, f16_to_f32, qmatmul, qmatmul_each, QBytes, QMatrix, QType, QK};
 pub use rope::{angles as rope_angles, Rope};
 pub use softplus::softplus;
