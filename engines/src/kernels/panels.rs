@@ -12,8 +12,8 @@
 //!
 //! Per step the tile of `R` x rows by 64 outputs loads four weight vectors and `R` scalars for `4R` multiply-adds,
 //! and the lane trees cost 15 vertical adds per 16 outputs per row. The row-major kernels' tile (`dot_tiles`)
-//! loads as many vectors per multiply-add but ends each output in a 31-shuffle tree, on the port that also runs
-//! one of the two FMA streams on Intel's cores, where those tiles top out near two thirds of the peak
+//! loads as many vectors per multiply-add but ends every 16 outputs in a tree of 31 shuffles, on the port that
+//! also runs one of the two FMA streams on Intel's cores, where those tiles top out near two thirds of the peak
 //! (docs/engines.md, *Kernels and the benchmark*). This module is measured by the benchmark's `panel matmul` line
 //! beside `matmul`; the engines do not store their weights this way yet.
 
@@ -56,11 +56,6 @@ impl Panels {
     pub(super) fn panel(&self, p: usize) -> &[f32] {
         &self.data[p * PANEL * self.in_dim..][..PANEL * self.in_dim]
     }
-
-    /// Bytes the packed weights hold.
-    pub fn bytes(&self) -> usize {
-        self.data.len() * 4
-    }
 }
 
 /// X rows one tile multiplies against a panel: 6 x 4 accumulators, four weight registers and a broadcast fit the
@@ -69,7 +64,7 @@ pub(super) const TILE_ROWS: usize = 6;
 
 /// X rows one task multiplies against its panel: eight tiles, so a long prefill gives the threads many tasks to
 /// balance while each task still reads its panel from cache for 48 rows. (Halving it where the threads got under
-/// four tasks each measured slower on a 2-core Zen 4 EPYC: 45 x 576 x 1536 at 124-126 GFLOP/s against 142-155.)
+/// four tasks each was no faster on a 2-core Zen 4 EPYC: 45 x 576 x 1536 at 124-126 GFLOP/s against 128-155.)
 const TASK_ROWS: usize = 8 * TILE_ROWS;
 
 /// `y[r, o] = dot(x[r, :], w[o, :])` for `rows` rows, from the panels: bitwise `matmul`'s. The tasks are (panel,

@@ -72,7 +72,7 @@ unsafe fn tile<const R: usize>(x: &[f32], panel: &[f32], in_dim: usize, out: &mu
         }
         acc
     };
-    // `finish`'s tree: h[g] = lane g + lane g + 8, then ((h0 + h4) + (h1 + h5)) + ((h2 + h6) + (h3 + h7))
+    // `finish`'s tree: h[g] = lane g + lane (g + 8), then ((h0 + h4) + (h1 + h5)) + ((h2 + h6) + (h3 + h7))
     let h = |g: usize| add(pass(g), pass(g + 8));
     let pair = |g: usize| add(h(g), h(g + 4));
     let sums = add(add(pair(0), pair(1)), add(pair(2), pair(3)));
