@@ -137,9 +137,11 @@ pub fn map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync + Send) -> 
     slots.into_iter().map(|(_, out)| out.expect("the team runs every task")).collect()
 }
 
-/// A raw pointer the tasks share; each task touches only its own element.
-struct SendPtr<T>(*mut T);
-// SAFETY: the pointer is only dereferenced at distinct indices, one thread each (see `for_each_mut`)
+/// A raw pointer parallel tasks share, each touching only its own elements (here an item of `for_each_mut`'s; in
+/// `kernels::matmul_panels` a block of the output).
+pub(crate) struct SendPtr<T>(pub(crate) *mut T);
+// SAFETY: every user dereferences the pointer only at elements no other task touches while the tasks run (see
+// `for_each_mut` and `matmul_panels`)
 #[allow(unsafe_code)]
 unsafe impl<T: Send> Sync for SendPtr<T> {}
 

@@ -20,6 +20,7 @@
 use rayon::prelude::*;
 
 use super::matmul::LANES;
+use crate::decode_team::SendPtr;
 
 /// Output rows in one panel: four 16-lane registers.
 pub const PANEL: usize = 64;
@@ -44,8 +45,7 @@ impl Panels {
             for j in 0..PANEL.min(out_dim - p * PANEL) {
                 let row = &w[(p * PANEL + j) * in_dim..][..in_dim];
                 for (k, &v) in row.iter().enumerate() {
-                    let slot = if k < chunks * LANES { (k % LANES) * chunks + k / LANES } else { k };
-                    panel[slot * PANEL + j] = v;
+                    panel[lane_major_slot(k, chunks) * PANEL + j] = v;
                 }
             }
         }
@@ -81,7 +81,7 @@ pub fn matmul_panels(x: &[f32], rows: usize, w: &Panels, y: &mut [f32]) {
     let lane_major = lane_major_rows(x, rows, in_dim);
     let panels = out_dim.div_ceil(PANEL);
     let groups = rows.div_ceil(TASK_ROWS);
-    let y_at = SharedOut(y.as_mut_ptr());
+    let y_at = SendPtr(y.as_mut_ptr());
     (0..panels * groups).into_par_iter().for_each(|t| {
         let (p, g) = (t / groups, t % groups);
         let panel = w.panel(p);
@@ -104,11 +104,15 @@ pub fn matmul_panels(x: &[f32], rows: usize, w: &Panels, y: &mut [f32]) {
     });
 }
 
-/// `y`'s base pointer, shared by tasks that each write their own block of it.
-struct SharedOut(*mut f32);
-// SAFETY: each task writes a block no other task touches (see `matmul_panels`)
-#[allow(unsafe_code)]
-unsafe impl Sync for SharedOut {}
+/// Where element `k` of a row of `chunks` whole chunks goes lane-major: lane `k % 16` of chunk `k / 16` at `[l][c]`,
+/// a tail element where it was.
+fn lane_major_slot(k: usize, chunks: usize) -> usize {
+    if k < chunks * LANES {
+        (k % LANES) * chunks + k / LANES
+    } else {
+        k
+    }
+}
 
 /// Each x row with its chunks' elements lane-major (`[l][c]`), then its tail as it was: a lane pass then reads its
 /// broadcasts in order.
@@ -118,8 +122,7 @@ fn lane_major_rows(x: &[f32], rows: usize, in_dim: usize) -> Vec<f32> {
     let n = in_dim.max(1);
     out.par_chunks_mut(n).zip(x.par_chunks(n)).take(rows).for_each(|(dst, src)| {
         for (k, &v) in src.iter().enumerate() {
-            let slot = if k < chunks * LANES { (k % LANES) * chunks + k / LANES } else { k };
-            dst[slot] = v;
+            dst[lane_major_slot(k, chunks)] = v;
         }
     });
     out
