@@ -692,6 +692,12 @@ pub fn matmul_with_tail(
         }
         return;
     }
+    invariant(x, rows, w, out_dim, in_dim, y, then);
+}
+
+/// `Reduction::Invariant`'s matmul, split between the threads by rows or by output columns, its work not counted
+/// (for callers that count it themselves: `qmatmul` of F32 weights).
+pub(super) fn invariant(x: &[f32], rows: usize, w: &[f32], out_dim: usize, in_dim: usize, y: &mut [f32], then: &[f32]) {
     if in_dim == 0 {
         // every dot product is empty: the fixed sum of zero lanes
         y.fill(0.0);
@@ -738,7 +744,7 @@ pub fn matmuls_invariant(in_dim: usize, jobs: &mut [(&[f32], &[f32], &mut [f32])
 /// `matmuls_invariant` without counting the work (`matmul_with_tail`'s few-row path, which has counted it): every
 /// matrix cut into the column blocks of `DECODE_TASK_WORK` (fewer than four rows) or `TASK_WORK`, at most four a
 /// thread, all of them through the team (or rayon outside a step), each block's outputs placed in its job's `y`.
-fn column_blocks_side_by_side(in_dim: usize, jobs: &mut [(&[f32], &[f32], &mut [f32])]) {
+pub(super) fn column_blocks_side_by_side(in_dim: usize, jobs: &mut [(&[f32], &[f32], &mut [f32])]) {
     let threads = rayon::current_num_threads();
     let mut blocks: Vec<(usize, &[f32])> = Vec::new();
     let mut pers = Vec::with_capacity(jobs.len());
