@@ -602,8 +602,8 @@ fn scatter(parts: &[Vec<f32>], rows: usize, out_dim: usize, y: &mut [f32]) {
 /// `qmatmul_each` of F32 weights (every `w` F32, one input width): `matmul`'s invariant kernel, with its split
 /// between the threads. A few rows (a decode step) send every matrix's column blocks to the pool at once, one
 /// hand-off for a layer's q, k and v; more rows split each matrix by rows. Groups of 32 output rows, each into a
-/// buffer of its own and then placed, were slower: the bench preset's llama decoded 214-314 tok/s that way against
-/// 327-389 with one hand-off (a 2-core Zen 4 EPYC, alternated three times).
+/// buffer of its own and then placed, were slower: the bench preset's llama decoded 285-357 tok/s that way against
+/// 335-487 now (a 2-core Zen 4 EPYC, in huge pages as the engine runs, three alternations of five runs).
 fn f32_matmuls(x: &[f32], rows: usize, outs: &mut [(&QMatrix, &mut [f32])]) {
     let Some(in_dim) = outs.first().map(|(w, _)| w.in_dim) else { return };
     let mut jobs: Vec<(&[f32], &[f32], &mut [f32])> = outs
