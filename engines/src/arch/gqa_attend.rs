@@ -125,11 +125,15 @@ pub fn attend_rows_in_parts<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: 
     let parallel_min = if per_head { ONE_ROW_PARALLEL_MIN_WORK } else { PARALLEL_MIN_WORK };
     let per = rows_per_task(group);
     let blocks = rows.div_ceil(per);
-    let listed: Vec<Listed<'a>> = parts.iter().map(|part| Listed::of(part, rows, kv_heads)).collect();
     // a segment of a few rows (a decode step's verification batch) gives each kv head one task, its rows' only
     // reader: where the heads lie side by side in a cached row, that task reads a slice of each row at the row's
     // stride, which the hardware prefetchers do not follow, so it asks for its key and value rows before each pass
     let ask_first = rows > 1 && blocks == 1 && kv_heads > 1 && heads_side_by_side(parts, kv_heads, hd);
+    // rows listed where several tasks read them or they are asked for first; a task that is its rows' only reader
+    // (a decode step's) asks the part itself, in its own task, rather than wait on a serial listing
+    let list = blocks > 1 || ask_first;
+    let listed: Vec<Option<Listed<'a>>> =
+        parts.iter().map(|part| list.then(|| Listed::of(part, rows, kv_heads))).collect();
     let task = |task: usize| {
         let (block, g) = (task / kv_heads, task % kv_heads);
         let rows = block * per..((block + 1) * per).min(rows);
@@ -137,7 +141,7 @@ pub fn attend_rows_in_parts<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: 
         let queries: Vec<&[f32]> =
             rows.clone().flat_map(|i| (0..group).map(move |j| &q[i * qd + (g * group + j) * hd..][..hd])).collect();
         if ask_first {
-            ask_rows(listed.iter().flat_map(|list| list.keys[g].iter().copied()));
+            ask_rows(listed.iter().flatten().flat_map(|list| list.keys[g].iter().copied()));
         }
         let mut scores: Vec<Scores> = parts
             .iter()
@@ -145,16 +149,22 @@ pub fn attend_rows_in_parts<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: 
             .map(|(part, list)| {
                 let ranges: Vec<Range<usize>> =
                     rows.clone().flat_map(|i| std::iter::repeat_n(part.visible(i), group)).collect();
-                Scores::dots(&queries, &ranges, |p| list.key(g, p))
+                match list {
+                    Some(list) => Scores::dots(&queries, &ranges, |p| list.key(g, p)),
+                    None => Scores::dots(&queries, &ranges, |p| part.kv(g, p).0),
+                }
             })
             .collect();
         softmax_parts(&mut scores, scale);
         let mut out = vec![0.0; queries.len() * hd];
         if ask_first {
-            ask_rows(listed.iter().flat_map(|list| list.values[g].iter().copied()));
+            ask_rows(listed.iter().flatten().flat_map(|list| list.values[g].iter().copied()));
         }
-        for (list, sc) in listed.iter().zip(&scores) {
-            sc.add_weighted(|p| list.value(g, p), &mut out);
+        for ((part, list), sc) in parts.iter().zip(&listed).zip(&scores) {
+            match list {
+                Some(list) => sc.add_weighted(|p| list.value(g, p), &mut out),
+                None => sc.add_weighted(|p| part.kv(g, p).1, &mut out),
+            }
         }
         out
     };
