@@ -131,9 +131,9 @@ pub fn attend_rows_in_parts<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: 
     let ask_first = rows > 1 && blocks == 1 && kv_heads > 1 && heads_side_by_side(parts, kv_heads, hd);
     // rows listed where several tasks read them or they are asked for first; a task that is its rows' only reader
     // (a decode step's) asks the part itself, in its own task, rather than wait on a serial listing
-    let list = blocks > 1 || ask_first;
+    let list_rows = blocks > 1 || ask_first;
     let listed: Vec<Option<Listed<'a>>> =
-        parts.iter().map(|part| list.then(|| Listed::of(part, rows, kv_heads))).collect();
+        parts.iter().map(|part| list_rows.then(|| Listed::of(part, rows, kv_heads))).collect();
     let task = |task: usize| {
         let (block, g) = (task / kv_heads, task % kv_heads);
         let rows = block * per..((block + 1) * per).min(rows);
@@ -186,6 +186,7 @@ pub fn attend_rows_in_parts<'a, P: KeyPart<'a>>(q: &[f32], shape: Heads, parts: 
 /// the part once. A segment's tasks are (block of rows, kv head) pairs, and every task of a head reads the same
 /// rows: asked per task, a 128-row chunk over 4096 positions asked `kv` 262 144 times a layer where listing takes
 /// 16 384. The lists hold the part's own slices, so the kernels read the same rows in the same order: the same bits.
+/// A segment of one block of rows (one task a kv head) lists nothing unless its rows are asked for first.
 struct Listed<'a> {
     /// The first index listed.
     lo: usize,
